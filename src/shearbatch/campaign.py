@@ -1,0 +1,155 @@
+"""Campaign plan: realizations, seeds, run ids, batches, SLURM array slices, resume.
+
+A campaign is a shear grid times ``n_realizations``. Realization ``i`` at a
+grid point gets seed ``base_seed + i``; the *same* seeds are used at every grid
+point (common random numbers: the same galaxy and the same noise field are
+sheared by each g), so the regression slope is measured with far less noise
+and jackknife errors can be grouped by seed. Run ids are
+``g1_{g1:+.4f}_g2_{g2:+.4f}_s{seed}``.
+
+With ``paired=True`` every grid value ``g`` contributes a ``+|g|`` and a
+``-|g|`` realization sharing one seed (same galaxy, same noise): the paired
+estimator ``m = (g_hat(+) - g_hat(-)) / (2 g) - 1`` cancels the noise.
+
+Every SLURM array task builds the same deterministic plan and takes a
+contiguous slice of it, so the union over tasks is the plan with no overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = [
+    "Realization",
+    "array_slice",
+    "array_task_from_env",
+    "make_batches",
+    "plan_campaign",
+    "plan_single",
+    "realization_status",
+    "run_id_for",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class Realization(NamedTuple):
+    """One realization of a campaign: its true shear, seed and identity."""
+
+    run_id: str
+    g1: float
+    g2: float
+    seed: int
+    pair_id: str = ""
+    pair_sign: int = 0
+
+
+def run_id_for(g1: float, g2: float, seed: int) -> str:
+    """``g1_+0.0100_g2_+0.0000_s42``."""
+    return f"g1_{g1:+.4f}_g2_{g2:+.4f}_s{seed}"
+
+
+def _check_shear(g1: float, g2: float) -> None:
+    if not (g1 * g1 + g2 * g2) < 1.0:
+        raise ValueError(f"shear (g1={g1}, g2={g2}) must have |g| < 1")
+
+
+def plan_campaign(
+    shear_grid: Sequence[float],
+    *,
+    g2: float = 0.0,
+    n_realizations: int = 1,
+    base_seed: int = 0,
+    paired: bool = False,
+) -> list[Realization]:
+    """Expand a shear grid x realizations into the deterministic campaign plan.
+
+    Order: grid point major, realization minor (``-g`` right after ``+g`` when paired).
+    """
+    if n_realizations < 1:
+        raise ValueError("n_realizations must be >= 1")
+    if base_seed < 0:
+        raise ValueError("base_seed must be >= 0")
+    plan: list[Realization] = []
+    seen: set[str] = set()
+    for g in shear_grid:
+        signs = (1.0, -1.0) if paired and g != 0 else (1.0,)
+        for i in range(n_realizations):
+            seed = base_seed + i
+            for sign in signs:
+                g1 = sign * abs(g) if paired else g
+                _check_shear(g1, g2)
+                rid = run_id_for(g1, g2, seed)
+                if rid in seen:  # e.g. a grid that lists the same value twice
+                    continue
+                seen.add(rid)
+                pair = f"p{abs(g):.4f}_s{seed}" if paired else ""
+                plan.append(Realization(rid, g1, g2, seed, pair, int(sign) if paired else 0))
+    return plan
+
+
+def plan_single(g1: float, g2: float, seed: int, run_id: str | None = None) -> list[Realization]:
+    """A one-realization plan (the same code path as a campaign)."""
+    _check_shear(g1, g2)
+    if seed < 0:
+        raise ValueError("seed must be >= 0")
+    return [Realization(run_id or run_id_for(g1, g2, seed), g1, g2, seed)]
+
+
+def array_task_from_env() -> tuple[int, int]:
+    """``(task_id, task_count)`` from SLURM's environment, ``(0, 1)`` outside an array."""
+    tid = os.environ.get("SLURM_ARRAY_TASK_ID")
+    if tid is None:
+        return 0, 1
+    count = os.environ.get("SLURM_ARRAY_TASK_COUNT")
+    if count is None:
+        # sbatch --array=0-K-1 sets MIN/MAX; COUNT exists on recent SLURM.
+        lo = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        hi = int(os.environ.get("SLURM_ARRAY_TASK_MAX", tid))
+        return int(tid) - lo, hi - lo + 1
+    lo = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+    return int(tid) - lo, int(count)
+
+
+def array_slice(plan: Sequence[Realization], task_id: int, task_count: int) -> list[Realization]:
+    """Contiguous slice ``[task_id * N // K, (task_id + 1) * N // K)`` of the plan."""
+    if task_count < 1:
+        raise ValueError("array task count must be >= 1")
+    if not 0 <= task_id < task_count:
+        raise ValueError(f"array task id {task_id} outside [0, {task_count})")
+    n = len(plan)
+    return list(plan[task_id * n // task_count : (task_id + 1) * n // task_count])
+
+
+def make_batches(realizations: Sequence[Realization], batch_size: int) -> list[list[Realization]]:
+    """Cut into batches of ``batch_size``; the last may be short (the engine pads it)."""
+    if batch_size < 1:
+        raise ValueError("batch size must be >= 1")
+    r = list(realizations)
+    return [r[i : i + batch_size] for i in range(0, len(r), batch_size)]
+
+
+def realization_status(output_dir: str | Path, run_id: str) -> str:
+    """``"done"`` (complete, status ok), ``"failed"``, ``"incomplete"`` or ``"absent"``.
+
+    ``convergence.json`` is written last, so a directory holding a readable one
+    is complete.
+    """
+    d = Path(output_dir) / run_id
+    if not d.exists():
+        return "absent"
+    conv = d / "convergence.json"
+    if not conv.is_file():
+        return "incomplete"
+    try:
+        status = json.loads(conv.read_text()).get("status")
+    except (OSError, ValueError):
+        return "incomplete"
+    if status == "ok" and (d / "posterior.nc").is_file() and (d / "truth.json").is_file():
+        return "done"
+    return "failed" if status == "failed" else "incomplete"

@@ -1,0 +1,293 @@
+"""Thin click layer: ``bias-run``, ``bias-extract``, ``bias-stats``.
+
+Exit status: 0 success; 1 some realizations of a ``bias-run`` failed (the
+others are saved) or the ``bias-stats`` verdict failed; 2 bad input, reported
+as one line naming the offending flag or key, before any computation starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["bias_run"]
+
+logger = logging.getLogger("shearbatch")
+
+
+# --------------------------------------------------------------------------- click plumbing
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
+class _Command(click.Command):
+    """A click command with one-line errors (exit 2) and space-separated list options.
+
+    ``variadic`` options (``--shear-grid 0.01 0.02 0.05``) take every following
+    token that parses as a number (negative ones too) or a comma-separated list.
+    """
+
+    variadic: tuple[str, ...] = ()
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            tok = args[i]
+            name, eq, val = tok.partition("=")
+            if name in self.variadic:
+                vals = [val] if eq else []
+                i += 1
+                while not eq and i < len(args) and _is_number(args[i].split(",")[0] or "x"):
+                    vals.append(args[i])
+                    i += 1
+                for v in vals or [""]:
+                    for part in v.split(",") if v else [""]:
+                        out += [name, part]
+                continue
+            out.append(tok)
+            i += 1
+        return super().parse_args(ctx, out)
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any):
+        standalone = extra.pop("standalone_mode", True)
+        try:
+            rv = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.UsageError as err:
+            click.echo(f"Error: {err.format_message()}", err=True)
+            rv = 2
+        except click.ClickException as err:
+            click.echo(f"Error: {err.format_message()}", err=True)
+            rv = err.exit_code
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            rv = 1
+        if not standalone:
+            return rv
+        sys.exit(rv or 0)
+
+
+def _fail(msg: str) -> click.UsageError:
+    return click.UsageError(msg)
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    root = logging.getLogger("shearbatch")
+    if not root.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(h)
+    root.setLevel(level)
+
+
+def _setup_jax(x64: bool, cache_dir: str | None) -> None:
+    """JAX flags are set here, by the entry point, never at library import."""
+    import jax
+
+    jax.config.update("jax_enable_x64", bool(x64))
+    cache = cache_dir or os.environ.get("SHEARBATCH_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
+    )
+    if cache.lower() not in ("", "0", "off", "none"):
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    devs = jax.devices()
+    logger.info(
+        "JAX %s on %s x%d (%s), x64=%s, compilation cache: %s",
+        jax.__version__,
+        devs[0].platform.upper(),
+        len(devs),
+        devs[0].device_kind,
+        x64,
+        cache or "off",
+    )
+
+
+# --------------------------------------------------------------------------- bias-run
+
+
+class _RunCommand(_Command):
+    variadic = ("--shear-grid",)
+
+
+@click.command(cls=_RunCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "--shine-config", "config_path", required=True, help="YAML config.")
+@click.option("--g1-true", type=float, default=None, help="Single realization: true g1.")
+@click.option("--g2-true", type=float, default=None, help="True g2 (single realization or grid).")
+@click.option("--seed", type=int, default=None, help="Single realization: its seed.")
+@click.option("--run-id", default=None, help="Single realization: directory name.")
+@click.option(
+    "--shear-grid", type=float, multiple=True, help="Campaign g1 values, space-separated."
+)
+@click.option("--n-realizations", type=int, default=None, help="Realizations per grid point.")
+@click.option("--base-seed", type=int, default=None, help="Seed of realization 0.")
+@click.option("--paired/--no-paired", default=None, help="+g/-g pairs sharing seed and noise.")
+@click.option("--batch-size", type=int, default=None, help="Realizations per compiled batch.")
+@click.option("--output-dir", default=None, help="Campaign output root.")
+@click.option("--method", default=None, help="nuts | map | vi (overrides inference.method).")
+@click.option("--array-task-id", type=int, default=None, help="Default: SLURM_ARRAY_TASK_ID.")
+@click.option("--array-task-count", type=int, default=None, help="Default: SLURM_ARRAY_TASK_COUNT.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
+@click.option("--overwrite", is_flag=True, help="Redo complete realizations too.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
+@click.option("--x64/--no-x64", default=False, help="Float64 inference.")
+@click.option("--cache-dir", default=None, help="JAX compilation cache (default: user cache).")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def bias_run(**kw: Any) -> int:
+    """Stage 1: simulate and infer a campaign; one directory per realization."""
+    from .config import ConfigError
+
+    _setup_logging(kw["verbose"])
+    try:
+        job = _plan_run(kw)
+    except ConfigError as err:
+        raise _fail(str(err)) from None
+    _print_plan(job, kw)
+    if kw["dry_run"]:
+        return 0
+    _setup_jax(kw["x64"], kw["cache_dir"])
+    from .engine import run_campaign
+
+    progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
+    report = run_campaign(
+        job["cfg"],
+        job["todo"],
+        output_dir=job["output_dir"],
+        batch_size=job["batch_size"],
+        progress=progress,
+    )
+    click.echo(
+        f"wrote {report.n_ok} ok, {report.n_failed} failed realization(s) under {job['output_dir']}"
+    )
+    return 1 if report.n_failed else 0
+
+
+def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
+    """Validate everything and build this task's plan; raises UsageError / ConfigError."""
+    from . import campaign as cp
+    from .config import load_config
+
+    for flag in ("batch_size", "n_realizations"):
+        if kw[flag] is not None and kw[flag] < 1:
+            raise _fail(f"--{flag.replace('_', '-')}: must be >= 1, got {kw[flag]}")
+    for flag in ("base_seed", "seed"):
+        if kw[flag] is not None and kw[flag] < 0:
+            raise _fail(f"--{flag.replace('_', '-')}: must be >= 0, got {kw[flag]}")
+    if kw["shear_grid"] and kw["g1_true"] is not None:
+        raise _fail("--g1-true and --shear-grid are exclusive (single realization vs campaign)")
+    grid = kw["shear_grid"]
+    for g in grid:
+        if not abs(g) < 1:
+            raise _fail(f"--shear-grid: |g| must be < 1, got {g}")
+    for flag in ("g1_true", "g2_true"):
+        if kw[flag] is not None and not abs(kw[flag]) < 1:
+            raise _fail(f"--{flag.replace('_', '-')}: |g| must be < 1, got {kw[flag]}")
+    method = kw["method"]
+    if method is not None and method.lower() not in ("nuts", "map", "vi"):
+        raise _fail(f"--method: unknown method {method!r}; use one of nuts, map, vi")
+    task_id, task_count = kw["array_task_id"], kw["array_task_count"]
+    if (task_id is None) != (task_count is None):
+        raise _fail("--array-task-id and --array-task-count go together")
+    if task_id is None:
+        try:
+            task_id, task_count = cp.array_task_from_env()
+        except ValueError:
+            raise _fail("SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT: not integers") from None
+    if task_count < 1:
+        raise _fail(f"--array-task-count: must be >= 1, got {task_count}")
+    if not 0 <= task_id < task_count:
+        raise _fail(f"--array-task-id: {task_id} outside [0, {task_count})")
+
+    cfg = load_config(kw["config_path"])
+    if method is not None:
+        cfg = cfg.model_copy(
+            update={"inference": cfg.inference.model_copy(update={"method": method.lower()})}
+        )
+    camp = cfg.campaign
+    batch_size = kw["batch_size"] or camp.batch_size
+    output_dir = Path(kw["output_dir"] or camp.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise _fail(f"--output-dir: {output_dir} exists and is not a directory")
+    g2 = kw["g2_true"] if kw["g2_true"] is not None else camp.g2
+    if kw["g1_true"] is not None:
+        seed = kw["seed"] if kw["seed"] is not None else (kw["base_seed"] or camp.base_seed)
+        try:
+            plan = cp.plan_single(kw["g1_true"], g2, seed, kw["run_id"])
+        except ValueError as err:
+            raise _fail(f"--g1-true/--g2-true: {err}") from None
+        if plan[0].run_id in ("", ".", "..") or "/" in plan[0].run_id:
+            raise _fail(f"--run-id: not a valid directory name: {plan[0].run_id!r}")
+    else:
+        if kw["run_id"] is not None or kw["seed"] is not None:
+            raise _fail("--run-id/--seed are for a single realization (with --g1-true)")
+        grid = list(grid) or camp.shear_grid
+        if not grid:
+            raise _fail(
+                "no shear given: use --g1-true (single) or --shear-grid "
+                "(or campaign.shear_grid in the config)"
+            )
+        try:
+            plan = cp.plan_campaign(
+                grid,
+                g2=g2,
+                n_realizations=kw["n_realizations"] or camp.n_realizations,
+                base_seed=kw["base_seed"] if kw["base_seed"] is not None else camp.base_seed,
+                paired=kw["paired"] if kw["paired"] is not None else camp.paired,
+            )
+        except ValueError as err:
+            raise _fail(f"--shear-grid/--g2-true: {err}") from None
+    mine = cp.array_slice(plan, task_id, task_count)
+    status = {r.run_id: cp.realization_status(output_dir, r.run_id) for r in mine}
+    todo = [r for r in mine if kw["overwrite"] or status[r.run_id] != "done"]
+    if cfg.inference.method == "nuts":
+        raise _fail("--method/inference.method: 'nuts' is not available yet (planned); use map or vi")
+    return {
+        "cfg": cfg,
+        "plan": plan,
+        "mine": mine,
+        "todo": todo,
+        "status": status,
+        "batch_size": batch_size,
+        "output_dir": output_dir,
+        "task": (task_id, task_count),
+    }
+
+
+def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
+    from .campaign import make_batches
+    from .config import config_hash
+
+    cfg, plan, mine, todo = job["cfg"], job["plan"], job["mine"], job["todo"]
+    bs = job["batch_size"]
+    batches = make_batches(todo, bs)
+    done = [r for r in mine if job["status"][r.run_id] == "done"]
+    tid, tcount = job["task"]
+    echo = click.echo if kw["dry_run"] else logger.info
+    echo(f"config: {kw['config_path']} (hash {config_hash(cfg)}), method: {cfg.inference.method}")
+    echo(
+        f"plan: {len(plan)} realizations; array task {tid} of {tcount} takes {len(mine)}; "
+        f"already complete: {len(done)}{' (overwrite)' if kw['overwrite'] and done else ''}; "
+        f"to run: {len(todo)} in {len(batches)} batch(es) of {bs}"
+    )
+    echo(f"output dir: {job['output_dir']}")
+    if kw["dry_run"]:
+        for i, b in enumerate(batches):
+            pad = bs - len(b)
+            ids = " ".join(r.run_id for r in b)
+            click.echo(f"batch {i + 1}: {ids}" + (f" (+{pad} padding)" if pad else ""))
+        for r in done:
+            click.echo(f"done (skipped): {r.run_id}")

@@ -1,0 +1,565 @@
+"""Strict configuration schema, YAML loading and defaults.
+
+The YAML has the GalSim-like shape that SHINE users already write (``image``,
+``psf``, ``gal``, ``inference``), plus our own optional sections:
+
+- ``campaign``: shear grid, realizations per grid point, base seed, batch size,
+  output directory, paired design. Command-line flags override it.
+- ``simulation``: ``psf`` / ``gal`` fields that override the main sections for
+  the *generator only* (misspecification studies: the model keeps the main
+  sections).
+
+A galaxy parameter is *fixed* when given as a number and a *latent* when given
+as a distribution mapping (``type: Normal | LogNormal | Uniform |
+TruncatedNormal``; LogNormal's ``mean`` is the median, ``sigma`` the log-space
+width). Unknown keys, wrong types and impossible values raise
+:class:`ConfigError` whose one-line message starts with the key path, e.g.
+``gal.half_light_radius: must be > 0``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "DIST_TYPES",
+    "CampaignConfig",
+    "Config",
+    "ConfigError",
+    "Fixed",
+    "LogNormal",
+    "Normal",
+    "TruncatedNormal",
+    "Uniform",
+    "config_hash",
+    "load_config",
+    "parse_config",
+]
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; ``str(err)`` is one line naming the key path."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+# --------------------------------------------------------------------------- distributions
+
+
+class Fixed(_Strict):
+    """A fixed value (what a bare number in the YAML becomes)."""
+
+    type: Literal["Fixed"] = "Fixed"
+    value: float
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be finite")
+        return v
+
+
+class Normal(_Strict):
+    type: Literal["Normal"]
+    mean: float = 0.0
+    sigma: float
+
+    @field_validator("sigma")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class LogNormal(_Strict):
+    """Log-normal with median ``mean`` and log-space width ``sigma``."""
+
+    type: Literal["LogNormal"]
+    mean: float
+    sigma: float
+
+    @field_validator("mean", "sigma")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class Uniform(_Strict):
+    type: Literal["Uniform"]
+    min: float
+    max: float
+
+    @model_validator(mode="after")
+    def _order(self) -> Uniform:
+        if not self.min < self.max:
+            raise ValueError("min must be < max")
+        return self
+
+
+class TruncatedNormal(_Strict):
+    type: Literal["TruncatedNormal"]
+    mean: float = 0.0
+    sigma: float
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TruncatedNormal:
+        if not self.sigma > 0:
+            raise ValueError("sigma must be > 0")
+        if self.min is not None and self.max is not None and not self.min < self.max:
+            raise ValueError("min must be < max")
+        return self
+
+
+DIST_TYPES = ("Normal", "LogNormal", "Uniform", "TruncatedNormal")
+Dist = Annotated[
+    Fixed | Normal | LogNormal | Uniform | TruncatedNormal, Field(discriminator="type")
+]
+
+
+def _as_param(v: Any) -> Any:
+    """A number (or numeric string such as YAML's ``1e-6``) -> Fixed; mappings pass."""
+    if isinstance(v, bool):
+        raise ValueError("must be a number or a distribution mapping")
+    if isinstance(v, int | float):
+        return {"type": "Fixed", "value": float(v)}
+    if isinstance(v, str):
+        try:
+            return {"type": "Fixed", "value": float(v)}
+        except ValueError:
+            raise ValueError(f"must be a number or a distribution mapping, got {v!r}") from None
+    if isinstance(v, dict):
+        if "type" not in v:
+            raise ValueError(f"a distribution needs 'type' (one of {', '.join(DIST_TYPES)})")
+        if v["type"] not in (*DIST_TYPES, "Fixed"):
+            raise ValueError(f"unknown distribution {v['type']!r}; use one of {', '.join(DIST_TYPES)}")
+        return v
+    if isinstance(v, BaseModel):
+        return v
+    raise ValueError("must be a number or a distribution mapping")
+
+
+def _positive_support(p: Any) -> bool:
+    if isinstance(p, Fixed):
+        return p.value > 0
+    if isinstance(p, LogNormal):
+        return True
+    if isinstance(p, Uniform):
+        return p.min > 0
+    if isinstance(p, TruncatedNormal):
+        return p.min is not None and p.min > 0
+    return False
+
+
+def _bounded_unit(p: Any) -> bool:
+    """True when a fixed value lies inside (-1, 1)."""
+    return not isinstance(p, Fixed) or abs(p.value) < 1
+
+
+ParamT = Dist
+
+
+# --------------------------------------------------------------------------- sections
+
+
+class Noise(_Strict):
+    type: Literal["Gaussian"] = "Gaussian"
+    sigma: float
+
+    @field_validator("sigma")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError("must be > 0")
+        return v
+
+
+class Image(_Strict):
+    pixel_scale: float
+    size_x: int
+    size_y: int
+    n_objects: int = 1
+    fft_size: int | None = None
+    noise: Noise
+
+    @field_validator("pixel_scale")
+    @classmethod
+    def _scale(cls, v: float) -> float:
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError("must be > 0")
+        return v
+
+    @field_validator("size_x", "size_y", "n_objects")
+    @classmethod
+    def _size(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("fft_size")
+    @classmethod
+    def _fft(cls, v: int | None) -> int | None:
+        if v is not None and (v < 8 or v & (v - 1)):
+            raise ValueError("must be a power of 2 >= 8")
+        return v
+
+    @model_validator(mode="after")
+    def _fft_fits(self) -> Image:
+        if self.fft_size is not None and self.fft_size < max(self.size_x, self.size_y):
+            raise ValueError("fft_size must be >= the stamp size")
+        return self
+
+
+class PSF(_Strict):
+    type: Literal["Gaussian"] = "Gaussian"
+    sigma: float
+
+    @field_validator("sigma")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError("must be > 0")
+        return v
+
+
+class Ellipticity(_Strict):
+    type: Literal["E1E2"] = "E1E2"
+    e1: ParamT = Fixed(value=0.0)
+    e2: ParamT = Fixed(value=0.0)
+
+    @field_validator("e1", "e2", mode="before")
+    @classmethod
+    def _param(cls, v: Any) -> Any:
+        return _as_param(v)
+
+    @field_validator("e1", "e2")
+    @classmethod
+    def _unit(cls, v: Any) -> Any:
+        if not _bounded_unit(v):
+            raise ValueError("|e| must be < 1")
+        return v
+
+
+class Shear(_Strict):
+    """Prior on the inferred shear; the true shear comes from the campaign."""
+
+    type: Literal["G1G2"] = "G1G2"
+    g1: ParamT = Normal(type="Normal", mean=0.0, sigma=0.05)
+    g2: ParamT = Normal(type="Normal", mean=0.0, sigma=0.05)
+
+    @field_validator("g1", "g2", mode="before")
+    @classmethod
+    def _param(cls, v: Any) -> Any:
+        return _as_param(v)
+
+    @field_validator("g1", "g2")
+    @classmethod
+    def _unit(cls, v: Any) -> Any:
+        if not _bounded_unit(v):
+            raise ValueError("|g| must be < 1")
+        return v
+
+
+class Position(_Strict):
+    """Uniform prior on the galaxy centre, in pixels from the stamp's lower-left
+    corner (the stamp centre is ``size / 2``); values < 1 are fractions of the stamp."""
+
+    type: Literal["Uniform"] = "Uniform"
+    x_min: float
+    x_max: float
+    y_min: float
+    y_max: float
+
+    @model_validator(mode="after")
+    def _order(self) -> Position:
+        if not self.x_min < self.x_max:
+            raise ValueError("x_min must be < x_max")
+        if not self.y_min < self.y_max:
+            raise ValueError("y_min must be < y_max")
+        return self
+
+
+class Galaxy(_Strict):
+    type: Literal["Exponential", "Gaussian"] = "Exponential"
+    flux: ParamT
+    half_light_radius: ParamT
+    ellipticity: Ellipticity | None = None
+    shear: Shear = Shear()
+    position: Position | None = None
+
+    @field_validator("flux", "half_light_radius", mode="before")
+    @classmethod
+    def _param(cls, v: Any) -> Any:
+        return _as_param(v)
+
+    @field_validator("flux", "half_light_radius")
+    @classmethod
+    def _positive(cls, v: Any) -> Any:
+        if isinstance(v, Fixed) and not v.value > 0:
+            raise ValueError("must be > 0")
+        if not _positive_support(v):
+            raise ValueError(
+                "prior must have positive support (LogNormal, or Uniform/TruncatedNormal with min > 0)"
+            )
+        return v
+
+
+class MapConfig(_Strict):
+    optimizer: Literal["lbfgs", "adam"] = "lbfgs"
+    num_steps: int = 200
+    learning_rate: float = 0.1
+    tol: float = 1e-9
+    laplace: bool = True
+    num_samples: int = 1000
+
+    @field_validator("num_steps", "num_samples")
+    @classmethod
+    def _pos_int(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("learning_rate", "tol")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class MapInit(_Strict):
+    enabled: bool = True
+    num_steps: int = 500
+    learning_rate: float = 0.01
+
+
+class NutsConfig(_Strict):
+    warmup: int = 500
+    samples: int = 1000
+    chains: int = 4
+    dense_mass: bool = False
+    target_accept: float = 0.8
+    max_tree_depth: int = 10
+    map_init: MapInit = MapInit()
+
+    @field_validator("warmup", "samples", "chains", "max_tree_depth")
+    @classmethod
+    def _pos_int(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("target_accept")
+    @classmethod
+    def _prob(cls, v: float) -> float:
+        if not 0 < v < 1:
+            raise ValueError("must be in (0, 1)")
+        return v
+
+
+class ViConfig(_Strict):
+    guide: Literal["normal", "mvn"] = "normal"
+    num_steps: int = 5000
+    learning_rate: float = 0.001
+    num_samples: int = 1000
+
+    @field_validator("num_steps", "num_samples")
+    @classmethod
+    def _pos_int(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+METHODS = ("nuts", "map", "vi")
+
+
+class Inference(_Strict):
+    method: str = "map"
+    map_config: MapConfig = MapConfig()
+    nuts_config: NutsConfig = NutsConfig()
+    vi_config: ViConfig = ViConfig()
+    rng_seed: int = 0
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str) -> str:
+        v = v.lower()
+        if v not in METHODS:
+            raise ValueError(f"unknown method {v!r}; use one of {', '.join(METHODS)}")
+        return v
+
+
+class CampaignConfig(_Strict):
+    """Campaign defaults; every field can be overridden by a CLI flag."""
+
+    shear_grid: list[float] | None = None
+    g2: float = 0.0
+    n_realizations: int = 1
+    base_seed: int = 0
+    batch_size: int = 16
+    output_dir: str = "results"
+    paired: bool = False
+
+    @field_validator("shear_grid")
+    @classmethod
+    def _grid(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("must not be empty")
+            for g in v:
+                if not abs(g) < 1:
+                    raise ValueError(f"|g| must be < 1, got {g}")
+        return v
+
+    @field_validator("g2")
+    @classmethod
+    def _g2(cls, v: float) -> float:
+        if not abs(v) < 1:
+            raise ValueError("|g| must be < 1")
+        return v
+
+    @field_validator("n_realizations", "batch_size")
+    @classmethod
+    def _pos(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("base_seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+
+class Simulation(_Strict):
+    """Generator-only overrides of ``psf`` and ``gal`` (stored raw, merged in :class:`Config`)."""
+
+    psf: dict[str, Any] | None = None
+    gal: dict[str, Any] | None = None
+
+
+class Config(_Strict):
+    image: Image
+    psf: PSF
+    gal: Galaxy
+    inference: Inference = Inference()
+    campaign: CampaignConfig = CampaignConfig()
+    simulation: Simulation | None = None
+
+    def truth(self) -> Config:
+        """The configuration the generator uses: ``simulation`` merged over ``psf``/``gal``."""
+        if self.simulation is None:
+            return self
+        psf, gal = self._merged_truth()
+        return self.model_copy(update={"psf": psf, "gal": gal, "simulation": None})
+
+    def _merged_truth(self) -> tuple[PSF, Galaxy]:
+        sim = self.simulation
+        assert sim is not None
+        raw_psf = _deep_merge(self.psf.model_dump(), sim.psf or {})
+        raw_gal = _deep_merge(self.gal.model_dump(), sim.gal or {})
+        try:
+            return PSF.model_validate(raw_psf), Galaxy.model_validate(raw_gal)
+        except ValidationError as err:
+            section = "psf" if err.title == "PSF" else "gal"
+            raise ConfigError(_format_error(err, f"simulation.{section}")) from None
+
+    @model_validator(mode="after")
+    def _check_simulation(self) -> Config:
+        if self.simulation is not None:
+            self._merged_truth()  # raises ConfigError naming simulation.<key>
+        return self
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and "type" not in v:
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _format_error(err: ValidationError, prefix: str | None = None) -> str:
+    e = err.errors(include_url=False)[0]
+    loc = [str(p) for p in e["loc"] if str(p) not in DIST_TYPES + ("Fixed",)]
+    path = ".".join(([prefix] if prefix else []) + loc)
+    msg = e["msg"]
+    for pre in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(pre):
+            msg = msg[len(pre) :]
+    if e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif e["type"] == "missing":
+        msg = "required key is missing"
+    extra = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{path}: {msg}{extra}" if path else f"{msg}{extra}"
+
+
+def parse_config(raw: Any, *, prefix: str | None = None) -> Config:
+    """Validate a mapping (already parsed YAML) into a :class:`Config`."""
+    if not isinstance(raw, dict):
+        raise ConfigError("config: top level must be a mapping")
+    try:
+        return Config.model_validate(raw)
+    except ConfigError:
+        raise
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, prefix)) from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a YAML config; raises :class:`ConfigError` with a one-line message."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{p}: invalid YAML{where}: {problem}") from None
+    return parse_config(raw)
+
+
+def config_hash(cfg: Config) -> str:
+    """Stable short hash of the validated configuration (without ``campaign``)."""
+    blob = json.dumps(cfg.model_dump(mode="json", exclude={"campaign"}), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
