@@ -7,13 +7,17 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import copy  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-_CACHE = os.environ.get(
+_CACHE = os.environ.setdefault(
     "SHEARBATCH_CACHE_DIR",
     os.path.join(os.path.expanduser("~"), ".cache", "shearbatch", "jax-test-cache"),
 )
@@ -25,3 +29,25 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 @pytest.fixture
 def rng_key():
     return jax.random.PRNGKey(0)
+
+
+LEVEL0 = Path(__file__).resolve().parent.parent / "configs" / "level0.yaml"
+
+
+def write_config(path: Path, edits: dict | None = None, base: Path = LEVEL0) -> str:
+    """Write ``base`` with dotted-key ``edits`` applied (e.g. {"image.noise.sigma": 1e-3})."""
+    raw = yaml.safe_load(base.read_text())
+    raw = copy.deepcopy(raw)
+    for dotted, value in (edits or {}).items():
+        node = raw
+        keys = dotted.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request):
+    return tmp_path_factory.mktemp(request.module.__name__.split(".")[-1])

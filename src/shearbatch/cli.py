@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-__all__ = ["bias_run"]
+__all__ = ["bias_extract", "bias_run", "bias_stats"]
 
 logger = logging.getLogger("shearbatch")
 
@@ -105,6 +105,7 @@ def _setup_jax(x64: bool, cache_dir: str | None) -> None:
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    _count_cache_events()
     devs = jax.devices()
     logger.info(
         "JAX %s on %s x%d (%s), x64=%s, compilation cache: %s",
@@ -115,6 +116,22 @@ def _setup_jax(x64: bool, cache_dir: str | None) -> None:
         x64,
         cache or "off",
     )
+
+
+_CACHE_EVENTS = {"hits": 0, "misses": 0}
+
+
+def _count_cache_events() -> None:
+    """Count persistent compilation-cache hits/misses (logged at the end of a run)."""
+    from jax import monitoring
+
+    def listener(event: str, **_: Any) -> None:
+        if event.endswith("/compilation_cache/cache_hits"):
+            _CACHE_EVENTS["hits"] += 1
+        elif event.endswith("/compilation_cache/cache_misses"):
+            _CACHE_EVENTS["misses"] += 1
+
+    monitoring.register_event_listener(listener)
 
 
 # --------------------------------------------------------------------------- bias-run
@@ -170,8 +187,12 @@ def bias_run(**kw: Any) -> int:
         batch_size=job["batch_size"],
         progress=progress,
     )
+    logger.info(
+        "persistent compilation cache: %d hit(s), %d miss(es)", _CACHE_EVENTS["hits"], _CACHE_EVENTS["misses"]
+    )
     click.echo(
         f"wrote {report.n_ok} ok, {report.n_failed} failed realization(s) under {job['output_dir']}"
+        f" in {report.wall_s:.1f} s"
     )
     return 1 if report.n_failed else 0
 
@@ -218,7 +239,7 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
             update={"inference": cfg.inference.model_copy(update={"method": method.lower()})}
         )
     camp = cfg.campaign
-    batch_size = kw["batch_size"] or camp.batch_size
+    requested_batch = kw["batch_size"] or camp.batch_size
     output_dir = Path(kw["output_dir"] or camp.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise _fail(f"--output-dir: {output_dir} exists and is not a directory")
@@ -251,6 +272,9 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
         except ValueError as err:
             raise _fail(f"--shear-grid/--g2-true: {err}") from None
     mine = cp.array_slice(plan, task_id, task_count)
+    # lanes of the compiled program: never more than this task's share of the plan, and
+    # fixed by the plan (not by what is left to do), so a resumed run reuses the program
+    batch_size = max(1, min(requested_batch, len(mine)))
     status = {r.run_id: cp.realization_status(output_dir, r.run_id) for r in mine}
     todo = [r for r in mine if kw["overwrite"] or status[r.run_id] != "done"]
     if cfg.inference.method == "nuts":
@@ -291,3 +315,156 @@ def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
             click.echo(f"batch {i + 1}: {ids}" + (f" (+{pad} padding)" if pad else ""))
         for r in done:
             click.echo(f"done (skipped): {r.run_id}")
+
+
+# --------------------------------------------------------------------------- bias-extract
+
+
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--input-dir", required=True, help="Campaign root (nested layouts are scanned).")
+@click.option("--output", required=True, help="Summary table to write (CSV).")
+@click.option("--convergence-config", default=None, help="YAML: rhat_max, ess_min, ... (NUTS).")
+@click.option("--workers", type=int, default=None, help="Reader processes (default: CPU count).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def bias_extract(**kw: Any) -> int:
+    """Stage 2: one summary row per realization directory (ok, failed, incomplete, corrupt)."""
+    from . import extract as ex
+
+    _setup_logging(kw["verbose"])
+    root = Path(kw["input_dir"])
+    if not root.is_dir():
+        raise _fail(f"--input-dir: {root} is not a directory")
+    if kw["workers"] is not None and kw["workers"] < 1:
+        raise _fail(f"--workers: must be >= 1, got {kw['workers']}")
+    out = Path(kw["output"])
+    if out.is_dir():
+        raise _fail(f"--output: {out} is a directory")
+    try:
+        th = ex.load_thresholds(kw["convergence_config"])
+    except OSError as err:
+        raise _fail(f"--convergence-config: {err.strerror}: {err.filename}") from None
+    except ValueError as err:
+        raise _fail(f"--convergence-config: {err}") from None
+    progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
+    rows = ex.extract_campaign(root, th, workers=kw["workers"], progress=progress)
+    if not rows:
+        raise _fail(f"--input-dir: no realization directories under {root}")
+    ex.write_summary(rows, out)
+    counts = ex.status_counts(rows)
+    conv = sum(1 for r in rows if r["status"] == "ok" and r.get("passed_convergence"))
+    click.echo(
+        f"{len(rows)} realization(s): "
+        + ", ".join(f"{k} {v}" for k, v in counts.items())
+        + f"; passed convergence {conv} -> {out}"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- bias-stats
+
+
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--input", "input_path", required=True, help="summary.csv from bias-extract.")
+@click.option("--output-dir", required=True, help="Where bias_results.json and plots/ go.")
+@click.option("--level", default="level_0", help="level_0 | level_1 | level_2 (acceptance).")
+@click.option("--posterior-dir", default=None, help="Campaign root: trace plots of the worst.")
+@click.option("--acceptance-config", default=None, help="YAML overriding the level's criteria.")
+@click.option("--estimator", default="auto", help="regression | paired | auto (paired if pairs).")
+@click.option("--sbc/--no-sbc", default=None, help="Force SBC on/off (default: detect).")
+@click.option("--n-boot", type=int, default=1000, help="Bootstrap resamples.")
+@click.option("--plots/--no-plots", default=True, help="Write figures under plots/.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def bias_stats(**kw: Any) -> int:
+    """Stage 3: m and c with errors, coverage, SBC and the acceptance verdict."""
+    import json
+
+    import pandas as pd
+
+    from . import stats
+    from .outputs import to_strict_json
+
+    _setup_logging(kw["verbose"])
+    src = Path(kw["input_path"])
+    if not src.is_file():
+        raise _fail(f"--input: {src} not found")
+    if kw["level"] not in stats.LEVELS:
+        raise _fail(f"--level: unknown level {kw['level']!r}; use one of {', '.join(stats.LEVELS)}")
+    if kw["estimator"] not in ("regression", "paired", "auto"):
+        raise _fail(f"--estimator: unknown {kw['estimator']!r}; use regression, paired or auto")
+    if kw["n_boot"] < 2:
+        raise _fail(f"--n-boot: must be >= 2, got {kw['n_boot']}")
+    if kw["posterior_dir"] is not None and not Path(kw["posterior_dir"]).is_dir():
+        raise _fail(f"--posterior-dir: {kw['posterior_dir']} is not a directory")
+    try:
+        acc = stats.load_acceptance(kw["acceptance_config"], kw["level"])
+    except OSError as err:
+        raise _fail(f"--acceptance-config: {err.strerror}: {err.filename}") from None
+    except ValueError as err:
+        raise _fail(f"--acceptance-config: {err}") from None
+    try:
+        df = pd.read_csv(src, dtype={"run_id": str, "pair_id": str, "status": str})
+    except (ValueError, OSError) as err:
+        raise _fail(f"--input: cannot read {src}: {err}") from None
+    sbc_mode = {None: "auto", True: "on", False: "off"}[kw["sbc"]]
+    try:
+        res, fits, use = stats.analyze(df, level=kw["level"], estimator=kw["estimator"],
+                                       acceptance=acc, sbc_mode=sbc_mode, n_boot=kw["n_boot"])  # fmt: skip
+    except ValueError as err:
+        raise _fail(f"--input: {err}") from None
+    out = Path(kw["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    plot_dir = _stats_plots(df, use, res, fits, out, kw["posterior_dir"]) if kw["plots"] else None
+    text = json.dumps(to_strict_json(res), indent=2, allow_nan=False)
+    (out / "bias_results.json").write_text(text + "\n")
+    _print_stats(res, out, plot_dir)
+    return 0 if res["passed"] else 1
+
+
+def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
+    def pm(v: Any, e: Any) -> str:
+        if v is None:
+            return f"{'undefined':>12}  {'':>10}"
+        return f"{v:>+12.3e}  ±{e:>9.2e}" if e is not None else f"{v:>+12.3e}"
+
+    ex = ", ".join(f"{k}: {v}" for k, v in res["excluded"].items()) or "none"
+    click.echo(f"{res['level']}, estimator {res['estimator']}: used {res['n_used']} of "
+               f"{res['n_realizations']} realization(s); excluded: {ex}")  # fmt: skip
+    for k in ("m1", "c1", "m2", "c2"):
+        click.echo(f"  {k}  {pm(res[k], res[k + '_err'])}  {res.get(k + '_reason', '')}".rstrip())
+    for c in res["criteria"]:
+        thr = c["threshold"]
+        thr = f"[{thr[0]:.3g}, {thr[1]:.3g}]" if isinstance(thr, list) else f"{thr:.3g}"
+        mark = "pass" if c["passed"] else "FAIL"
+        click.echo(f"  [{mark}] {c['name']:<22} {c['value']:.3g} (threshold {thr})")
+    click.echo(f"verdict: {'PASSED' if res['passed'] else 'FAILED'} -> {out / 'bias_results.json'}")
+    if plot_dir is not None:
+        click.echo(f"plots: {plot_dir}")
+
+
+def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Path:
+    from . import plots
+    from .extract import find_realization_dirs
+
+    d = out / "plots"
+    d.mkdir(parents=True, exist_ok=True)
+    figs = {
+        "residuals.png": plots.residual_figure(use, fits, res["estimator"]),
+        "coverage.png": plots.coverage_figure(res["coverage"]),
+        "ranks.png": plots.rank_figure(use, res["sbc"]),
+    }
+    if posterior_dir is not None:
+        worst = plots.worst_converged(df)
+        where = {p.name: p for p in find_realization_dirs(posterior_dir)}
+        found = [w for w in worst if w in where and (where[w] / "posterior.nc").is_file()]
+        if found:
+            truth = df.set_index("run_id")
+            figs["worst_traces.png"] = plots.trace_figure(
+                [where[w] for w in found],
+                [(float(truth.at[w, "g1_true"]), float(truth.at[w, "g2_true"])) for w in found],
+            )
+        else:
+            logger.warning("--posterior-dir: none of the worst realizations %s found", worst)
+    for name, fig in figs.items():
+        fig.savefig(d / name, dpi=110)
+    return d

@@ -327,10 +327,10 @@ class Galaxy(_Strict):
 
 
 class MapConfig(_Strict):
-    optimizer: Literal["lbfgs", "adam"] = "lbfgs"
+    optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
     num_steps: int = 200
     learning_rate: float = 0.1
-    tol: float = 1e-9
+    tol: float | None = None  # None: dtype-aware default (see shearbatch.infer.map)
     laplace: bool = True
     num_samples: int = 1000
 
@@ -343,8 +343,8 @@ class MapConfig(_Strict):
 
     @field_validator("learning_rate", "tol")
     @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
+    def _pos(cls, v: float | None) -> float | None:
+        if v is not None and not v > 0:
             raise ValueError("must be > 0")
         return v
 

@@ -74,21 +74,23 @@ def run_campaign(
     output_dir: str | Path,
     batch_size: int,
     progress: bool = False,
-    simulate_fn: Callable[[Config, Sequence[Realization]], SimBatch] = simulate_batch,
+    simulate_fn: Callable[[Config, Sequence[Realization]], SimBatch] | None = None,
 ) -> CampaignReport:
     """Infer every realization and write its directory under ``output_dir``.
 
-    ``batch_size`` is the lane count of the compiled program (capped at the
-    number of realizations). ``simulate_fn`` is the generator (replaceable in
-    tests, e.g. to inject a broken realization).
+    ``batch_size`` is the lane count of the compiled program; a short batch is
+    padded to it. ``simulate_fn`` is the generator (default
+    :func:`shearbatch.simulate.simulate_batch`; replaceable, e.g. to inject a
+    broken realization).
     """
+    simulate_fn = simulate_fn or simulate_batch
     t_start = time.perf_counter()
     out = Path(output_dir)
     todo = list(realizations)
     if not todo:
         logger.info("nothing to run")
         return CampaignReport(0, 0, [], 0.0, [])
-    lanes = min(batch_size, len(todo))
+    lanes = batch_size
     batches = make_batches(todo, lanes)
     method = cfg.inference.method
     model = build_inference_model(cfg)

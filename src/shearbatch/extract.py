@@ -1,0 +1,318 @@
+"""Stage 2: scan a campaign directory and build the summary table.
+
+A *realization directory* is any directory under the campaign root that holds
+``truth.json``, ``posterior.nc`` or ``convergence.json`` (or a temporary file
+of one of them left by a killed job); nested layouts (one sub-directory per
+SLURM task, per level, ...) are found too. Each one becomes one row of
+``summary.csv`` (:data:`SUMMARY_COLUMNS`) with a ``status``:
+
+- ``ok``: all three files readable and ``convergence.json`` says ``ok``;
+- ``failed``: ``convergence.json`` says ``failed`` (its ``reason`` is copied);
+- ``incomplete``: a file is missing (``convergence.json`` is written last, so
+  a directory without it was interrupted);
+- ``corrupt``: a file exists but cannot be read.
+
+Only what a file states is written: the posterior columns of a non-``ok`` row
+stay empty. Posterior summaries use every draw of every chain: mean, median,
+std, the quantiles q at 0.025, 0.16, 0.84, 0.975, and the SBC rank
+``rank = #{draws < g_true} / #draws``.
+
+``passed_convergence`` is method-aware. MAP and VI carry their own verdict
+(``passed`` in ``convergence.json``: optimiser converged and a positive-definite
+Laplace Hessian, or a flat ELBO). NUTS is judged against
+:class:`ConvergenceThresholds` over every site: ``max R-hat <= rhat_max``,
+``min ESS_bulk, ESS_tail >= ess_min``, ``divergences / draws <=
+divergence_frac_max`` and ``min E-BFMI >= bfmi_min``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .outputs import CONVERGENCE, POSTERIOR, TRUTH
+
+__all__ = [
+    "QUANTILES",
+    "STATUSES",
+    "SUMMARY_COLUMNS",
+    "ConvergenceThresholds",
+    "extract_campaign",
+    "find_realization_dirs",
+    "load_thresholds",
+    "read_realization",
+    "status_counts",
+    "write_summary",
+]
+
+logger = logging.getLogger(__name__)
+
+STATUSES = ("ok", "failed", "incomplete", "corrupt")
+QUANTILES = {"q025": 0.025, "q16": 0.16, "q84": 0.84, "q975": 0.975}
+SUMMARY_COLUMNS = [
+    # SHINE's columns, in SHINE's order
+    "run_id", "g1_true", "g2_true", "g1_mean", "g1_median", "g1_std", "g2_mean", "g2_median",
+    "g2_std", "rhat_g1", "rhat_g2", "ess_g1", "ess_g2", "divergences", "divergence_frac",
+    "passed_convergence", "seed",
+    # ours
+    "status", "method",
+    *[f"g{i}_{q}" for i in (1, 2) for q in QUANTILES],
+    "ess_tail_g1", "ess_tail_g2", "rank_g1", "rank_g2", "pair_id", "pair_sign",
+    "batch_size", "runtime_s", "reason", "truth_from_prior", "path",
+]  # fmt: skip
+_FILES = (TRUTH, POSTERIOR, CONVERGENCE)
+
+
+class ConvergenceThresholds(NamedTuple):
+    """NUTS convergence gates (Vehtari et al. 2021 for R-hat / ESS; Betancourt 2016 for E-BFMI)."""
+
+    rhat_max: float = 1.01
+    ess_min: float = 400.0
+    divergence_frac_max: float = 0.0
+    bfmi_min: float = 0.3
+
+
+def load_thresholds(path: str | Path | None) -> ConvergenceThresholds:
+    """Thresholds from a YAML file (top level or under ``convergence:``); defaults otherwise.
+
+    Raises ``ValueError`` (one line naming the key) for unknown keys or non-numbers.
+    """
+    if path is None:
+        return ConvergenceThresholds()
+    import yaml
+
+    with open(path) as fh:
+        doc = yaml.safe_load(fh) or {}
+    if not isinstance(doc, dict):
+        raise ValueError("expected a mapping")
+    if "convergence" in doc:
+        sec = doc["convergence"]
+    else:  # a bare thresholds file, or an acceptance file without a convergence section
+        other = "acceptance" in doc or any(str(k).startswith("level_") for k in doc)
+        sec = {} if other else doc
+    if not isinstance(sec, dict):
+        raise ValueError("convergence: expected a mapping")
+    out = {}
+    for k, v in sec.items():
+        if k not in ConvergenceThresholds._fields:
+            raise ValueError(
+                f"convergence.{k}: unknown key; use {', '.join(ConvergenceThresholds._fields)}"
+            )
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"convergence.{k}: must be a number, got {v!r}")
+        out[k] = float(v)
+    return ConvergenceThresholds(**out)
+
+
+def find_realization_dirs(root: str | Path) -> list[Path]:
+    """Every realization directory under ``root`` (sorted); the search stops inside one."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        names = set(filenames)
+        if any(f in names or any(n.startswith(f".{f}.") for n in names) for f in _FILES):
+            found.append(Path(dirpath))
+            dirnames[:] = []
+        else:
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    return sorted(found)
+
+
+def _flat(v: Any) -> list[float]:
+    """Every number in a scalar / list / dict-by-site value; None (null, i.e. NaN) -> nan."""
+    if isinstance(v, Mapping):
+        return [x for w in v.values() for x in _flat(w)]
+    if isinstance(v, list | tuple):
+        return [x for w in v for x in _flat(w)]
+    return [math.nan if v is None else float(v)]
+
+
+def convergence_verdict(conv: Mapping[str, Any], th: ConvergenceThresholds) -> tuple[bool, str]:
+    """``(passed, reason)`` of one realization; see the module docstring."""
+    method = conv.get("method")
+    if method != "nuts":
+        ok = bool(conv.get("passed", False))
+        return ok, "" if ok else f"{method}: convergence.json says not passed"
+    checks = [
+        ("rhat", lambda xs: max(xs) <= th.rhat_max, f"max R-hat > {th.rhat_max}"),
+        ("ess_bulk", lambda xs: min(xs) >= th.ess_min, f"min ESS_bulk < {th.ess_min:g}"),
+        ("ess_tail", lambda xs: min(xs) >= th.ess_min, f"min ESS_tail < {th.ess_min:g}"),
+        ("divergence_frac", lambda xs: max(xs) <= th.divergence_frac_max,
+         f"divergence fraction > {th.divergence_frac_max:g}"),
+        ("bfmi", lambda xs: min(xs) >= th.bfmi_min, f"min E-BFMI < {th.bfmi_min:g}"),
+    ]  # fmt: skip
+    failed = []
+    for key, ok_fn, msg in checks:
+        xs = _flat(conv.get(key)) if key in conv else []
+        if not xs or any(math.isnan(x) for x in xs):
+            failed.append(f"{key} missing or NaN")
+        elif not ok_fn(xs):
+            failed.append(msg)
+    return not failed, "; ".join(failed)
+
+
+def _site(conv: Mapping[str, Any], key: str, site: str) -> Any:
+    d = conv.get(key)
+    v = d.get(site) if isinstance(d, Mapping) else None
+    return None if v is None or isinstance(v, list | dict) else float(v)
+
+
+def _posterior_columns(path: Path, truth: Mapping[str, Any]) -> dict[str, Any]:
+    import xarray as xr
+
+    row: dict[str, Any] = {}
+    with xr.open_dataset(path, group="posterior", engine="netcdf4") as ds:
+        draws = {s: np.asarray(ds[s].values, dtype=float).ravel() for s in ("g1", "g2")}
+    for s, x in draws.items():
+        if x.size == 0:
+            raise ValueError(f"no draws of {s}")
+        row[f"{s}_mean"], row[f"{s}_median"] = float(np.mean(x)), float(np.median(x))
+        row[f"{s}_std"] = float(np.std(x, ddof=1)) if x.size > 1 else math.nan
+        qs = np.quantile(x, list(QUANTILES.values()))
+        row.update({f"{s}_{q}": float(v) for q, v in zip(QUANTILES, qs, strict=True)})
+        if truth.get(s) is not None:
+            row[f"rank_{s}"] = float(np.mean(x < float(truth[s])))
+    return row
+
+
+def read_realization(
+    directory: str | Path, thresholds: ConvergenceThresholds = ConvergenceThresholds()
+) -> dict[str, Any]:
+    """One summary row (a dict with a subset of :data:`SUMMARY_COLUMNS`) for one directory."""
+    d = Path(directory)
+    row: dict[str, Any] = {"run_id": d.name}
+
+    def done(status: str, reason: str) -> dict[str, Any]:
+        row["status"], row["reason"] = status, reason
+        return row
+
+    truth: dict[str, Any] = {}
+    if (d / TRUTH).is_file():
+        try:
+            truth = json.loads((d / TRUTH).read_text())
+        except (OSError, ValueError) as err:
+            return done("corrupt", f"truth.json unreadable: {err}")
+        row["g1_true"], row["g2_true"], row["seed"] = truth.get("g1"), truth.get("g2"), truth.get("seed")
+        if truth.get("pair_id"):
+            row["pair_id"], row["pair_sign"] = truth["pair_id"], truth.get("pair_sign")
+        if "truth_from_prior" in truth:
+            row["truth_from_prior"] = bool(truth["truth_from_prior"])
+    if not (d / CONVERGENCE).is_file():
+        return done("incomplete", "convergence.json missing (interrupted)")
+    try:
+        conv = json.loads((d / CONVERGENCE).read_text())
+        if not isinstance(conv, dict):
+            raise ValueError("not a mapping")
+    except (OSError, ValueError) as err:
+        return done("corrupt", f"convergence.json unreadable: {err}")
+    row["method"] = conv.get("method")
+    batch = conv.get("batch")
+    row["batch_size"] = batch.get("size") if isinstance(batch, Mapping) else None
+    row["runtime_s"] = conv.get("runtime_s")
+    if conv.get("status") != "ok":
+        return done("failed", str(conv.get("reason") or f"status {conv.get('status')!r}"))
+    if not truth:
+        return done("incomplete", "truth.json missing")
+    if not (d / POSTERIOR).is_file():
+        return done("incomplete", "posterior.nc missing")
+    try:
+        row.update(_posterior_columns(d / POSTERIOR, truth))
+    except Exception as err:  # netCDF4/HDF5 raise many types for a damaged file
+        return done("corrupt", f"posterior.nc unreadable: {type(err).__name__}: {err}")
+    for s in ("g1", "g2"):
+        row[f"rhat_{s}"] = _site(conv, "rhat", s)
+        row[f"ess_{s}"] = _site(conv, "ess_bulk", s)
+        row[f"ess_tail_{s}"] = _site(conv, "ess_tail", s)
+    row["divergences"], row["divergence_frac"] = conv.get("divergences"), conv.get("divergence_frac")
+    passed, why = convergence_verdict(conv, thresholds)
+    row["passed_convergence"] = passed
+    return done("ok", why)
+
+
+def _read_chunk(args: tuple[list[str], ConvergenceThresholds]) -> list[dict[str, Any]]:
+    dirs, th = args
+    return [read_realization(p, th) for p in dirs]
+
+
+def extract_campaign(
+    root: str | Path,
+    thresholds: ConvergenceThresholds = ConvergenceThresholds(),
+    *,
+    workers: int | None = None,
+    progress: bool = False,
+    chunk: int = 64,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of every realization directory under ``root``, in path order.
+
+    Directories are read by ``workers`` processes (default: the CPU count;
+    ``1`` reads in this process; small campaigns are always read here), in
+    chunks of ``chunk`` directories. ``path`` is relative to ``root``.
+    """
+    root = Path(root)
+    dirs = find_realization_dirs(root)
+    workers = workers or os.cpu_count() or 1
+    chunks = [[str(p) for p in dirs[i : i + chunk]] for i in range(0, len(dirs), chunk)]
+    logger.info("found %d realization directories under %s", len(dirs), root)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(dirs), unit="dir", desc="bias-extract")
+
+    def tick(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+        if on_progress is not None:
+            on_progress(n)
+
+    rows: list[dict[str, Any]] = []
+    if workers <= 1 or len(dirs) <= 2 * chunk:
+        for c in chunks:
+            rows += _read_chunk((c, thresholds))
+            tick(len(c))
+    else:
+        # spawn, not fork: the caller may hold threads (JAX, BLAS) that fork would copy mid-lock.
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+            for part in ex.map(_read_chunk, [(c, thresholds) for c in chunks]):
+                rows += part
+                tick(len(part))
+    if bar is not None:
+        bar.close()
+    for r, p in zip(rows, dirs, strict=True):
+        r["path"] = str(p.relative_to(root)) or "."
+    return rows
+
+
+def status_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """``{status: count}`` over :data:`STATUSES` (zeros included)."""
+    out = dict.fromkeys(STATUSES, 0)
+    for r in rows:
+        out[r["status"]] = out.get(r["status"], 0) + 1
+    return out
+
+
+def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write ``summary.csv`` (columns :data:`SUMMARY_COLUMNS`, empty cells for unknowns) atomically."""
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows), columns=SUMMARY_COLUMNS)
+    for col in ("seed", "pair_sign", "batch_size", "divergences"):
+        df[col] = df[col].astype("Int64")
+    for col in ("passed_convergence", "truth_from_prior"):
+        df[col] = df[col].astype("boolean")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False, float_format="%.10g")
+    os.replace(tmp, path)
+    return path
