@@ -231,3 +231,23 @@ def test_second_process_hits_the_persistent_cache(tmp_path):
     np.testing.assert_array_equal(a["g1"], b["g1"])
     assert json.loads((tmp_path / "o1" / "g1_+0.0100_g2_+0.0000_s0" / "convergence.json")
                       .read_text())["status"] == "ok"
+
+
+def test_method_flag_selects_vi_and_nuts_is_refused_cleanly(module_tmp):
+    cfg = write_config(module_tmp / "vi.yaml", {
+        "image.noise.sigma": 1e-3,
+        "inference.vi_config": {"num_steps": 300, "learning_rate": 0.003, "num_samples": 200},
+    })
+    out = module_tmp / "vi"
+    bias_run_ok(["--config", cfg, "--method", "vi", "--shear-grid", "0.02", "-0.02",
+                 "--batch-size", "2", "--output-dir", str(out)])
+    for d in out.iterdir():
+        conv = read_json(d / "convergence.json")
+        assert conv["method"] == "vi" and conv["status"] == "ok" and "elbo" in conv
+        with xr.open_dataset(d / "posterior.nc") as root:
+            assert root.attrs["inference_method"] == "vi"
+        assert read_posterior(d / "posterior.nc")["g1"].shape == (1, 200)
+    res = CliRunner().invoke(bias_run, ["--config", cfg, "--method", "nuts", "--shear-grid", "0.02",
+                                        "--output-dir", str(module_tmp / "nuts")])
+    assert res.exit_code == 2 and "nuts" in res.output
+    assert not (module_tmp / "nuts").exists()

@@ -384,8 +384,9 @@ class ViConfig(_Strict):
     num_steps: int = 5000
     learning_rate: float = 0.001
     num_samples: int = 1000
+    num_particles: int = 1
 
-    @field_validator("num_steps", "num_samples")
+    @field_validator("num_steps", "num_samples", "num_particles")
     @classmethod
     def _pos_int(cls, v: int) -> int:
         if v < 1:

@@ -41,7 +41,7 @@ class CampaignReport(NamedTuple):
 
 
 def make_inference_program(
-    cfg: Config, model: InferenceModel, example_obs: jax.Array
+    cfg: Config, model: InferenceModel
 ) -> Callable[[jax.Array, jax.Array], Any]:
     """The batched inference program of ``cfg.inference.method``: ``(keys, obs) -> result``."""
     method = cfg.inference.method
@@ -52,7 +52,7 @@ def make_inference_program(
     if method == "vi":
         from .infer import vi
 
-        return vi.make_program(model, cfg.inference.vi_config, example_obs)
+        return vi.make_program(model, cfg.inference.vi_config)
     raise ValueError(f"inference.method: {method!r} is not available")
 
 
@@ -113,7 +113,7 @@ def run_campaign(
         sim = simulate_fn(cfg, padded)
         keys = realization_keys([r.seed for r in padded], cfg.inference.rng_seed)
         if program is None:
-            program = make_inference_program(cfg, model, sim.images[0])
+            program = make_inference_program(cfg, model)
         result = jax.tree.map(np.asarray, program(keys, sim.images))
         obs = np.asarray(sim.images)
         t_infer = time.perf_counter() - t0

@@ -30,7 +30,7 @@ import optax
 from ..batch import InferenceModel, batched
 from ..config import MapConfig
 
-__all__ = ["MapResult", "OptResult", "default_tol", "fit", "optimize", "run"]
+__all__ = ["Laplace", "MapResult", "OptResult", "default_tol", "fit", "laplace", "make_program", "optimize"]
 
 
 class OptResult(NamedTuple):
@@ -164,10 +164,15 @@ def optimize(
     return OptResult(x, f, jnp.linalg.norm(grad), n, done & jnp.isfinite(f) & (n < num_steps))
 
 
-def fit(
-    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: MapConfig
-) -> MapResult:
-    """MAP + Laplace for ONE realization (batch it with :func:`run`)."""
+class Laplace(NamedTuple):
+    opt: OptResult
+    chol: jax.Array  # (D, D) lower Cholesky factor of the Hessian, H = L L^T
+    scale: jax.Array  # (D, D) L^-T: x = x* + L^-T eps has covariance H^-1
+    ok: jax.Array  # Hessian finite and positive definite
+
+
+def laplace(obs: jax.Array, *, model: InferenceModel, settings: MapConfig) -> Laplace:
+    """Mode and Laplace approximation of ONE realization's posterior."""
     x0 = model.x0.astype(obs.dtype)
     if settings.optimizer == "newton":
         fun = functools.partial(lambda x, o: model.potential_fn(x, o), o=obs)
@@ -187,22 +192,25 @@ def fit(
     hess = 0.5 * (hess + hess.T)
     chol = jnp.linalg.cholesky(hess)
     ok = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.isfinite(hess))
-    d = x0.shape[0]
-    eye = jnp.eye(d, dtype=x0.dtype)
-    linv_t = jax.scipy.linalg.solve_triangular(chol.T, eye, lower=False)  # L^-T
-    std = jnp.sqrt(jnp.sum(linv_t * linv_t, axis=1))  # sqrt diag(L^-T L^-1)
+    eye = jnp.eye(x0.shape[0], dtype=x0.dtype)
+    scale = jax.scipy.linalg.solve_triangular(chol.T, eye, lower=False)  # L^-T
+    return Laplace(opt, chol, scale, ok)
+
+
+def fit(
+    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: MapConfig
+) -> MapResult:
+    """MAP + Laplace for ONE realization (batch it with :func:`make_program`)."""
+    lap = laplace(obs, model=model, settings=settings)
+    d = lap.opt.x.shape[0]
+    std = jnp.sqrt(jnp.sum(lap.scale * lap.scale, axis=1))  # sqrt diag(L^-T L^-1)
     half = (settings.num_samples + 1) // 2
-    eps = jax.random.normal(rng_key, (half, d), x0.dtype)
+    eps = jax.random.normal(rng_key, (half, d), lap.opt.x.dtype)
     eps = jnp.concatenate([eps, -eps], axis=0)[: settings.num_samples]
-    xs = opt.x[None, :] + eps @ linv_t.T
+    xs = lap.opt.x[None, :] + eps @ lap.scale.T
     samples = jax.vmap(model.constrain_fn)(xs)
-    log_q = -0.5 * jnp.sum(eps * eps, axis=1) + jnp.sum(jnp.log(jnp.diag(chol)))
-    return MapResult(opt, std, ok, samples, log_q)
-
-
-def run(keys: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: MapConfig) -> MapResult:
-    """Batched MAP + Laplace: ``keys`` (B, 2), ``obs`` (B, M, H, W)."""
-    return make_program(model, settings)(keys, obs)
+    log_q = -0.5 * jnp.sum(eps * eps, axis=1) + jnp.sum(jnp.log(jnp.diag(lap.chol)))
+    return MapResult(lap.opt, std, lap.ok, samples, log_q)
 
 
 def make_program(model: InferenceModel, settings: MapConfig):
