@@ -46,6 +46,7 @@ __all__ = [
     "STATUSES",
     "SUMMARY_COLUMNS",
     "ConvergenceThresholds",
+    "convergence_verdict",
     "extract_campaign",
     "find_realization_dirs",
     "load_thresholds",
@@ -81,13 +82,16 @@ class ConvergenceThresholds(NamedTuple):
     bfmi_min: float = 0.3
 
 
+DEFAULT_THRESHOLDS = ConvergenceThresholds()
+
+
 def load_thresholds(path: str | Path | None) -> ConvergenceThresholds:
     """Thresholds from a YAML file (top level or under ``convergence:``); defaults otherwise.
 
     Raises ``ValueError`` (one line naming the key) for unknown keys or non-numbers.
     """
     if path is None:
-        return ConvergenceThresholds()
+        return DEFAULT_THRESHOLDS
     import yaml
 
     with open(path) as fh:
@@ -184,7 +188,7 @@ def _posterior_columns(path: Path, truth: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_realization(
-    directory: str | Path, thresholds: ConvergenceThresholds = ConvergenceThresholds()
+    directory: str | Path, thresholds: ConvergenceThresholds = DEFAULT_THRESHOLDS
 ) -> dict[str, Any]:
     """One summary row (a dict with a subset of :data:`SUMMARY_COLUMNS`) for one directory."""
     d = Path(directory)
@@ -200,7 +204,11 @@ def read_realization(
             truth = json.loads((d / TRUTH).read_text())
         except (OSError, ValueError) as err:
             return done("corrupt", f"truth.json unreadable: {err}")
-        row["g1_true"], row["g2_true"], row["seed"] = truth.get("g1"), truth.get("g2"), truth.get("seed")
+        row["g1_true"], row["g2_true"], row["seed"] = (
+            truth.get("g1"),
+            truth.get("g2"),
+            truth.get("seed"),
+        )
         if truth.get("pair_id"):
             row["pair_id"], row["pair_sign"] = truth["pair_id"], truth.get("pair_sign")
         if "truth_from_prior" in truth:
@@ -231,7 +239,10 @@ def read_realization(
         row[f"rhat_{s}"] = _site(conv, "rhat", s)
         row[f"ess_{s}"] = _site(conv, "ess_bulk", s)
         row[f"ess_tail_{s}"] = _site(conv, "ess_tail", s)
-    row["divergences"], row["divergence_frac"] = conv.get("divergences"), conv.get("divergence_frac")
+    row["divergences"], row["divergence_frac"] = (
+        conv.get("divergences"),
+        conv.get("divergence_frac"),
+    )
     passed, why = convergence_verdict(conv, thresholds)
     row["passed_convergence"] = passed
     return done("ok", why)
@@ -244,7 +255,7 @@ def _read_chunk(args: tuple[list[str], ConvergenceThresholds]) -> list[dict[str,
 
 def extract_campaign(
     root: str | Path,
-    thresholds: ConvergenceThresholds = ConvergenceThresholds(),
+    thresholds: ConvergenceThresholds = DEFAULT_THRESHOLDS,
     *,
     workers: int | None = None,
     progress: bool = False,

@@ -67,7 +67,9 @@ def residual_figure(df: Any, fits: Mapping[str, Fit], estimator: str = "regressi
             lines = f.boot[:, :1] * xs[None, :] + f.boot[:, 1:2]
             lo, hi = np.percentile(lines, [16, 84], axis=0)
             ax.fill_between(xs, lo, hi, color="C3", alpha=0.25, label="fit 68% band (bootstrap)")
-        label = f"{estimator} fit: m{comp[1]} = {_pm(f.m, f.m_err)}\n c{comp[1]} = {_pm(f.c, f.c_err)}"
+        label = (
+            f"{estimator} fit: m{comp[1]} = {_pm(f.m, f.m_err)}\n c{comp[1]} = {_pm(f.c, f.c_err)}"
+        )
         ax.plot(xs, m * xs + f.c, color="C3", lw=1.5, label=label)
         ax.axhline(0.0, color="k", lw=0.6, ls=":")
         ax.set_xlabel(xcol)
@@ -86,7 +88,7 @@ def coverage_figure(cov: Mapping[str, Mapping[str, Any]]) -> Figure:
     fig = _figure(6.5, 4.2)
     ax = fig.subplots()
     items = [(c, lev, r) for c, levels in cov.items() for lev, r in levels.items()]
-    for i, (comp, lev, r) in enumerate(items):
+    for i, (_, _, r) in enumerate(items):
         if "observed" not in r:
             ax.text(i, 0.5, f"skipped:\n{r.get('skipped', '')}", ha="center", fontsize=7)
             continue

@@ -153,7 +153,9 @@ def fit_regression(
     terms = np.stack([w, w * x, w * y, w * x * x, w * x * y], axis=1)
 
     def fn(s: np.ndarray) -> np.ndarray:
-        b = (s[..., 0] * s[..., 4] - s[..., 1] * s[..., 2]) / (s[..., 0] * s[..., 3] - s[..., 1] ** 2)
+        b = (s[..., 0] * s[..., 4] - s[..., 1] * s[..., 2]) / (
+            s[..., 0] * s[..., 3] - s[..., 1] ** 2
+        )
         a = (s[..., 2] - b * s[..., 1]) / s[..., 0]
         return np.stack([b, a], axis=-1)
 
@@ -335,7 +337,11 @@ def _col(df: Any, name: str) -> np.ndarray | None:
 
 def fit_component(df: Any, comp: str, estimator: str, n_boot: int = 1000, seed: int = 0) -> Fit:
     """``(m, c)`` of component ``comp`` (``"g1"``/``"g2"``) on usable rows."""
-    t, h, s = df[f"{comp}_true"].to_numpy(float), df[f"{comp}_mean"].to_numpy(float), _col(df, f"{comp}_std")
+    t, h, s = (
+        df[f"{comp}_true"].to_numpy(float),
+        df[f"{comp}_mean"].to_numpy(float),
+        _col(df, f"{comp}_std"),
+    )
     groups = df["seed"].astype(str).to_numpy()
     if np.ptp(t) <= 1e-12:
         why = f"{comp}_true is constant ({t[0]:g}) over the campaign: slope undefined"
@@ -427,8 +433,13 @@ def analyze(
         sbc_res = {c: sbc(use[f"rank_{c}"].to_numpy(float)) if f"rank_{c}" in use.columns
                    else {"skipped": f"rank_{c} column missing"} for c in ("g1", "g2")}  # fmt: skip
     else:
-        why = "disabled (--no-sbc)" if sbc_mode == "off" else (
-            "truths were not drawn from the inference prior (a shear grid); use --sbc to force")
+        why = (
+            "disabled (--no-sbc)"
+            if sbc_mode == "off"
+            else (
+                "truths were not drawn from the inference prior (a shear grid); use --sbc to force"
+            )
+        )
         sbc_res = {"skipped": why}
     frac = len(use) / len(df)
     crit = criteria(fits, cov, sbc_res, frac, acc)
@@ -471,7 +482,9 @@ def load_acceptance(path: str | None, level: str) -> dict[str, float]:
             raise ValueError(f"acceptance.{lev}: expected a mapping")
         for k, v in vals.items():
             if k not in ACCEPTANCE[lev]:
-                raise ValueError(f"acceptance.{lev}.{k}: unknown key; use {', '.join(ACCEPTANCE[lev])}")
+                raise ValueError(
+                    f"acceptance.{lev}.{k}: unknown key; use {', '.join(ACCEPTANCE[lev])}"
+                )
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValueError(f"acceptance.{lev}.{k}: must be a number, got {v!r}")
     return {k: float(v) for k, v in (sec.get(level) or {}).items()}

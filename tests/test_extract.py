@@ -1,0 +1,110 @@
+"""bias-extract on a real campaign (made by the real bias-run) with one realization in each state.
+
+States are made from complete realizations after the run: *failed* by
+rewriting ``convergence.json`` with ``status: "failed"`` (as the engine writes
+for a NaN posterior), *incomplete* by deleting ``convergence.json`` (a job killed
+before its last write), *corrupt* by truncating ``posterior.nc`` to half its size.
+"""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from shearbatch import extract
+from shearbatch.cli import bias_extract, bias_run, bias_stats
+
+GRID = ["-0.05", "-0.02", "0.02", "0.05"]
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    root = tmp_path_factory.mktemp("extract") / "camp"
+    res = CliRunner().invoke(bias_run, [
+        "--config", "configs/level0.yaml", "--shear-grid", *GRID, "--n-realizations", "3",
+        "--batch-size", "16", "--x64", "--no-progress", "--output-dir", str(root / "task0"),
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return root
+
+
+@pytest.fixture(scope="module")
+def damaged(campaign, tmp_path_factory):
+    """A copy with one failed, one incomplete and one corrupt realization (nested layout)."""
+    root = tmp_path_factory.mktemp("damaged") / "camp"
+    shutil.copytree(campaign, root)
+    task = root / "task0"
+    failed = task / "g1_-0.0500_g2_+0.0000_s0"
+    conv = json.loads((failed / "convergence.json").read_text())
+    conv.update(status="failed", reason="injected: non-finite posterior draws of g1")
+    (failed / "convergence.json").write_text(json.dumps(conv))
+    (task / "g1_-0.0200_g2_+0.0000_s1" / "convergence.json").unlink()
+    nc = task / "g1_+0.0200_g2_+0.0000_s2" / "posterior.nc"
+    nc.write_bytes(nc.read_bytes()[: nc.stat().st_size // 2])
+    return root
+
+
+def test_extract_reports_each_status_and_stats_excludes_them(damaged, tmp_path):
+    out = tmp_path / "summary.csv"
+    res = CliRunner().invoke(bias_extract, ["--input-dir", str(damaged), "--output", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "ok 9, failed 1, incomplete 1, corrupt 1" in res.output
+    df = pd.read_csv(out, dtype={"run_id": str, "status": str})
+    assert list(df.columns) == extract.SUMMARY_COLUMNS
+    by = df.set_index("run_id")
+    assert by.loc["g1_-0.0500_g2_+0.0000_s0", "status"] == "failed"
+    assert "injected" in by.loc["g1_-0.0500_g2_+0.0000_s0", "reason"]
+    assert by.loc["g1_-0.0200_g2_+0.0000_s1", "status"] == "incomplete"
+    assert by.loc["g1_+0.0200_g2_+0.0000_s2", "status"] == "corrupt"
+    bad = by[by["status"] != "ok"]
+    assert bad[["g1_mean", "g1_std", "g1_q16", "rank_g1", "passed_convergence"]].isna().all().all()
+    ok = by[by["status"] == "ok"]
+    assert ok["passed_convergence"].all() and (ok["method"] == "map").all()
+    assert ok[["g1_mean", "g1_std", "g1_q025", "g1_q975", "rank_g1", "seed"]].notna().all().all()
+    assert (ok["g1_q025"] < ok["g1_q16"]).all() and (ok["g1_q84"] < ok["g1_q975"]).all()
+    assert ok[["rhat_g1", "ess_g1", "divergences"]].isna().all().all()  # MAP: not applicable
+    assert (ok["batch_size"] == 12).all()
+    assert ok["path"].str.startswith("task0/").all()
+
+    res = CliRunner().invoke(bias_stats, ["--input", str(out), "--output-dir", str(tmp_path / "st"),
+                                          "--no-plots"])  # fmt: skip
+    assert res.exit_code == 1, res.output  # 9 / 12 usable is below the level-0 gate
+    assert "excluded: status corrupt: 1, status failed: 1, status incomplete: 1" in res.output
+    results = json.loads((tmp_path / "st" / "bias_results.json").read_text())
+    assert results["n_realizations"] == 12 and results["n_used"] == 9
+    assert (results["n_ok"], results["n_failed"], results["n_incomplete"]) == (9, 1, 1)
+    frac = next(c for c in results["criteria"] if c["name"] == "fraction converged")
+    assert frac["value"] == pytest.approx(0.75) and not frac["passed"]
+
+
+def test_parallel_reads_equal_serial_reads(campaign):
+    serial = extract.extract_campaign(campaign, workers=1)
+    parallel = extract.extract_campaign(campaign, workers=2, chunk=2)
+    assert len(serial) == 12
+    assert serial == parallel
+
+
+def test_nuts_convergence_uses_the_thresholds():
+    th = extract.ConvergenceThresholds(rhat_max=1.01, ess_min=400, divergence_frac_max=0.0)
+    good = {"method": "nuts", "rhat": {"g1": 1.001, "g2": 1.002}, "ess_bulk": {"g1": 900},
+            "ess_tail": {"g1": 800}, "divergence_frac": 0.0, "bfmi": [0.9, 1.0]}  # fmt: skip
+    assert extract.convergence_verdict(good, th) == (True, "")
+    ok, why = extract.convergence_verdict({**good, "rhat": {"g1": 1.05, "g2": None}}, th)
+    assert not ok and "rhat" in why
+    ok, why = extract.convergence_verdict({**good, "divergence_frac": 0.01}, th)
+    assert not ok and "divergence" in why
+    assert extract.convergence_verdict({"method": "map", "passed": True}, th)[0]
+
+
+def test_thresholds_yaml_and_bad_input(tmp_path, campaign):
+    y = tmp_path / "c.yaml"
+    y.write_text("convergence: {rhat_max: 1.05, ess_min: 100}\n")
+    assert extract.load_thresholds(y).rhat_max == 1.05
+    y.write_text("convergence: {rhat_mx: 1.05}\n")
+    res = CliRunner().invoke(bias_extract, ["--input-dir", str(campaign), "--output",
+                                            str(tmp_path / "s.csv"), "--convergence-config", str(y)])  # fmt: skip
+    assert res.exit_code == 2 and "convergence.rhat_mx: unknown key" in res.output
+    res = CliRunner().invoke(bias_extract, ["--input-dir", str(tmp_path / "nope"), "--output", "x"])
+    assert res.exit_code == 2 and "--input-dir" in res.output

@@ -1,0 +1,123 @@
+"""End to end through the real CLIs: bias-run -> bias-extract -> bias-stats.
+
+A well-specified Level 0 campaign must pass its acceptance with tiny m and c;
+the same campaign analysed with a model PSF 5% wider than the PSF that made the
+data (``psf.sigma = 0.4011`` with ``simulation: {psf: {sigma: 0.382}}``) must
+fail it with m many of its own errors away from zero.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from shearbatch.cli import bias_extract, bias_run, bias_stats
+
+GRID = ["-0.05", "-0.02", "0.02", "0.05"]
+
+
+def run_pipeline(tmp: Path, config: Path, paired: bool = False, extra_stats=()):
+    camp, out = tmp / "camp", tmp / "stats"
+    args = ["--config", str(config), "--shear-grid", *GRID, "--n-realizations", "3",
+            "--batch-size", "16", "--x64", "--no-progress", "--output-dir", str(camp)]  # fmt: skip
+    res = CliRunner().invoke(bias_run, args + (["--paired"] if paired else []))
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(
+        bias_extract, ["--input-dir", str(camp), "--output", str(tmp / "s.csv")]
+    )
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(bias_stats, ["--input", str(tmp / "s.csv"), "--output-dir", str(out),
+                                          "--posterior-dir", str(camp), *extra_stats])  # fmt: skip
+    return res, json.loads((out / "bias_results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("good")
+    return (tmp, *run_pipeline(tmp, Path("configs/level0.yaml")))
+
+
+@pytest.fixture(scope="module")
+def misspecified(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("misspec")
+    cfg = yaml.safe_load(Path("configs/level0.yaml").read_text())
+    cfg["psf"]["sigma"] = 0.4011  # the model's PSF, 5% wider than the generator's
+    cfg["simulation"] = {"psf": {"sigma": 0.382}}
+    path = tmp / "misspec.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return run_pipeline(tmp, path)
+
+
+def test_level0_campaign_passes_acceptance(good):
+    tmp, res, r = good
+    assert res.exit_code == 0, res.output
+    assert r["passed"] and r["level"] == "level_0" and r["estimator"] == "regression"
+    assert r["n_realizations"] == r["n_used"] == 12
+    assert abs(r["m1"]) < 1e-3 and abs(r["c1"]) < 1e-4 and abs(r["c2"]) < 1e-4
+    assert r["m1_err"] < 1e-3 and r["m2"] is None and "constant" in r["m2_reason"]
+    assert "verdict: PASSED" in res.output and "plots:" in res.output
+    for line in ("m1", "c1", "m2", "c2"):
+        assert f"  {line} " in res.output
+    plots = {p.name for p in (tmp / "stats" / "plots").iterdir()}
+    assert plots == {"residuals.png", "coverage.png", "ranks.png", "worst_traces.png"}
+    assert r["sbc"]["skipped"]  # a shear grid is not drawn from the prior
+
+
+def test_results_json_is_strict_and_complete(good):
+    tmp, _, r = good
+    text = (tmp / "stats" / "bias_results.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    for k in ("level", "estimator", "n_realizations", "n_ok", "n_failed", "n_incomplete",
+              "m1", "m1_err", "c1", "c1_err", "m2", "m2_err", "c2", "c2_err",
+              "coverage", "sbc", "criteria", "passed"):  # fmt: skip
+        assert k in r
+    cov = r["coverage"]["g1"]["0.68"]
+    assert set(cov) >= {"observed", "expected", "band", "passed"}
+    assert all(set(c) == {"name", "value", "threshold", "passed"} for c in r["criteria"])
+
+
+def test_misspecified_psf_fails_acceptance(misspecified):
+    res, r = misspecified
+    assert res.exit_code == 1, res.output
+    assert not r["passed"] and "verdict: FAILED" in res.output
+    assert math.isfinite(r["m1"]) and abs(r["m1"]) > 10 * r["m1_err"]
+    assert any(c["name"] == "|m1|" and not c["passed"] for c in r["criteria"])
+
+
+def test_paired_campaign_uses_the_paired_estimator(tmp_path):
+    res, r = run_pipeline(tmp_path, Path("configs/level0.yaml"), paired=True)
+    assert res.exit_code == 0, res.output
+    assert r["estimator"] == "paired" and r["fits"]["g1"]["error_method"] == "bootstrap"
+    assert abs(r["m1"]) < 1e-3 and abs(r["c1"]) < 1e-4
+
+
+def test_bad_input_exits_2(good, tmp_path):
+    tmp = good[0]
+    cases = [
+        (["--input", str(tmp_path / "missing.csv")], "--input"),
+        (["--input", str(tmp / "s.csv"), "--level", "level_7"], "--level"),
+        (["--input", str(tmp / "s.csv"), "--estimator", "paired"], "no complete"),
+    ]
+    bad_cols = tmp_path / "bad.csv"
+    bad_cols.write_text("run_id,g1_true\nx,0.1\n")
+    cases.append((["--input", str(bad_cols)], "missing columns"))
+    acc = tmp_path / "acc.yaml"
+    acc.write_text("level_0: {max_abs_mm: 1}\n")
+    cases.append((["--input", str(tmp / "s.csv"), "--acceptance-config", str(acc)], "max_abs_mm"))
+    for args, msg in cases:
+        res = CliRunner().invoke(bias_stats, [*args, "--output-dir", str(tmp_path / "o")])
+        assert res.exit_code == 2, (args, res.output)
+        assert msg in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_acceptance_config_overrides_the_level(good, tmp_path):
+    tmp = good[0]
+    acc = tmp_path / "acc.yaml"
+    acc.write_text("acceptance:\n  level_0: {max_abs_m: 1.0e-12}\n")
+    res = CliRunner().invoke(bias_stats, ["--input", str(tmp / "s.csv"), "--output-dir",
+                                          str(tmp_path / "o"), "--acceptance-config", str(acc),
+                                          "--no-plots"])  # fmt: skip
+    assert res.exit_code == 1 and "[FAIL] |m1|" in res.output
