@@ -277,8 +277,6 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     batch_size = max(1, min(requested_batch, len(mine)))
     status = {r.run_id: cp.realization_status(output_dir, r.run_id) for r in mine}
     todo = [r for r in mine if kw["overwrite"] or status[r.run_id] != "done"]
-    if cfg.inference.method == "nuts":
-        raise _fail("--method/inference.method: 'nuts' is not available yet (planned); use map or vi")
     return {
         "cfg": cfg,
         "plan": plan,

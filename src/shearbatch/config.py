@@ -362,6 +362,7 @@ class NutsConfig(_Strict):
     dense_mass: bool = False
     target_accept: float = 0.8
     max_tree_depth: int = 10
+    max_tree_depth_sampling: int | None = None  # cap the sampling phase separately
     map_init: MapInit = MapInit()
 
     @field_validator("warmup", "samples", "chains", "max_tree_depth")

@@ -23,7 +23,7 @@ from . import __version__
 from .batch import InferenceModel, build_inference_model, pad_to, realization_keys
 from .campaign import Realization, make_batches
 from .config import Config, config_hash
-from .diagnostics import failure_reason, map_diagnostics, vi_diagnostics
+from .diagnostics import failure_reason, map_diagnostics, nuts_diagnostics, vi_diagnostics
 from .outputs import write_realization
 from .simulate import SimBatch, simulate_batch, truth_records
 
@@ -53,11 +53,30 @@ def make_inference_program(
         from .infer import vi
 
         return vi.make_program(model, cfg.inference.vi_config)
+    if method == "nuts":
+        from .infer import nuts
+
+        return nuts.make_program(model, cfg.inference.nuts_config)
     raise ValueError(f"inference.method: {method!r} is not available")
 
 
-def _lane_outputs(method: str, lane: Any) -> tuple[dict, dict, dict]:
-    """(posterior, sample_stats, diagnostics) of one realization; draws get a chain axis."""
+def _lane_outputs(cfg: Config, lane: Any) -> tuple[dict, dict, dict]:
+    """(posterior, sample_stats, diagnostics) of one realization, draws as (chain, draw, ...)."""
+    method = cfg.inference.method
+    if method == "nuts":
+        samples = {k: np.asarray(v) for k, v in lane.samples.items()}
+        stats = {
+            "diverging": np.asarray(lane.diverging),
+            "tree_depth": np.asarray(lane.tree_depth),
+            "n_steps": np.asarray(lane.n_steps),
+            "step_size": np.asarray(lane.step_size),
+            "energy": np.asarray(lane.energy),
+            "acceptance_rate": np.asarray(lane.accept_prob),
+            "lp": -np.asarray(lane.potential),
+        }
+        nc = cfg.inference.nuts_config
+        depth = nc.max_tree_depth_sampling or nc.max_tree_depth
+        return samples, stats, nuts_diagnostics(lane, samples, depth)
     samples = {k: np.asarray(v)[None] for k, v in lane.samples.items()}
     if method == "map":
         stats = {"laplace_log_q": np.asarray(lane.log_q)[None]}
@@ -65,6 +84,12 @@ def _lane_outputs(method: str, lane: Any) -> tuple[dict, dict, dict]:
     n = next(iter(samples.values())).shape[1]
     stats = {"final_loss": np.full((1, n), float(lane.final_loss))}
     return samples, stats, vi_diagnostics(lane, samples)
+
+
+def _lanes_by_iter(n_steps: np.ndarray) -> np.ndarray:
+    """(B, C, T) per-chain leapfrog counts -> (B * C lanes, T iterations)."""
+    n = np.asarray(n_steps)
+    return n.reshape(-1, n.shape[-1])
 
 
 def run_campaign(
@@ -117,10 +142,23 @@ def run_campaign(
         result = jax.tree.map(np.asarray, program(keys, sim.images))
         obs = np.asarray(sim.images)
         t_infer = time.perf_counter() - t0
+        batch_rec = {"index": ib, "size": lanes, "n_real": len(batch)}
+        if method == "nuts":
+            from .infer.nuts import lockstep_efficiency
+
+            eff = {
+                "warmup": lockstep_efficiency(_lanes_by_iter(result.warmup_n_steps)),
+                "sampling": lockstep_efficiency(_lanes_by_iter(result.n_steps)),
+            }
+            batch_rec["lockstep_efficiency"] = eff
+            logger.info(
+                "batch %d: lockstep efficiency (useful/executed leapfrog steps) "
+                "warmup %.2f, sampling %.2f", ib + 1, eff["warmup"], eff["sampling"],
+            )
         truths = truth_records(cfg, batch, sim)
         for b, r in enumerate(batch):
             lane = jax.tree.map(lambda a, b=b: a[b], result)
-            posterior, stats, diag = _lane_outputs(method, lane)
+            posterior, stats, diag = _lane_outputs(cfg, lane)
             reason = failure_reason(obs[b], posterior, diag)
             conv = {
                 "run_id": r.run_id,
@@ -128,7 +166,7 @@ def run_campaign(
                 "reason": reason,
                 "method": method,
                 **diag,
-                "batch": {"index": ib, "size": lanes, "n_real": len(batch), "lane": b},
+                "batch": {**batch_rec, "lane": b},
                 "runtime_s": t_infer / len(batch),
             }
             attrs = {
