@@ -5,7 +5,6 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= results/demo
-export SHEARBATCH_CACHE_DIR ?= $(CURDIR)/.cache/jax
 
 .PHONY: demo test lint bench clean
 
@@ -21,12 +20,17 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
+# A small Level 0 campaign: 4 shears x 8 realizations, MAP + Laplace in float64,
+# then the summary table, then m and c with errors, coverage, plots and the verdict.
 demo: $(VENV)/.installed
 	$(BIN)/bias-run --config configs/level0.yaml --shear-grid -0.05 -0.02 0.02 0.05 \
-	    --g2-true 0.0 --n-realizations 4 --base-seed 0 --batch-size 16 --x64 \
-	    --output-dir $(OUT) --no-progress
-	@echo "realization directories under $(OUT):"
-	@ls -1 $(OUT)
+	    --g2-true 0.0 --n-realizations 8 --base-seed 0 --batch-size 32 --x64 \
+	    --output-dir $(OUT)/runs --preview $(OUT)/stamps.png --no-progress
+	@echo "realization directories under $(OUT)/runs:"
+	@ls $(OUT)/runs | column -c 100
+	$(BIN)/bias-extract --input-dir $(OUT)/runs --output $(OUT)/summary.csv --no-progress
+	$(BIN)/bias-stats --input $(OUT)/summary.csv --output-dir $(OUT)/stats --level level_0 \
+	    --posterior-dir $(OUT)/runs
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q
@@ -36,4 +40,4 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check src tests bench
 
 clean:
-	rm -rf $(VENV) .cache results/demo
+	rm -rf $(VENV) results/demo

@@ -35,9 +35,23 @@ def end_to_end(repeats: int, x64: bool) -> dict:
         tmp = Path(tempfile.mkdtemp(prefix="bench_map_"))
         env = {**os.environ, "SHEARBATCH_CACHE_DIR": str(tmp / "cache")}
         for i, sink in enumerate((cold, warm)):
-            cmd = [str(exe), "--config", str(ROOT / "configs/level0.yaml"), "--shear-grid",
-                   "-0.05", "-0.02", "0.02", "0.05", "--n-realizations", "16", "--batch-size",
-                   "64", "--output-dir", str(tmp / f"out{i}"), "--no-progress"]
+            cmd = [
+                str(exe),
+                "--config",
+                str(ROOT / "configs/level0.yaml"),
+                "--shear-grid",
+                "-0.05",
+                "-0.02",
+                "0.02",
+                "0.05",
+                "--n-realizations",
+                "16",
+                "--batch-size",
+                "64",
+                "--output-dir",
+                str(tmp / f"out{i}"),
+                "--no-progress",
+            ]
             cmd += ["--x64"] if x64 else ["--no-x64"]
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, env=env, capture_output=True)
@@ -79,10 +93,16 @@ def inference_only(repeats: int, batches=(1, 16, 64, 256)) -> dict:
             jax.block_until_ready(prog(keys, sim.images))
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
-        out[str(b)] = {"compile_and_first_s": first, "median_s": med, "all_s": times,
-                       "realizations_per_s": b / med}
-        print(f"  batch {b:4d}: {b / med:9.1f} realizations/s  (step {med * 1e3:.1f} ms, "
-              f"first call {first:.1f} s)")
+        out[str(b)] = {
+            "compile_and_first_s": first,
+            "median_s": med,
+            "all_s": times,
+            "realizations_per_s": b / med,
+        }
+        print(
+            f"  batch {b:4d}: {b / med:9.1f} realizations/s  (step {med * 1e3:.1f} ms, "
+            f"first call {first:.1f} s)"
+        )
     return out
 
 
@@ -108,8 +128,10 @@ def main() -> None:
         print("end to end (bias-run, 64 realizations, batch 64):")
         res["end_to_end"] = end_to_end(args.repeats, args.x64)
         e = res["end_to_end"]
-        print(f"  cold {e['cold_s']['median']:.1f} s (target 20), "
-              f"warm {e['warm_s']['median']:.1f} s (target 8)")
+        print(
+            f"  cold {e['cold_s']['median']:.1f} s (target 20), "
+            f"warm {e['warm_s']['median']:.1f} s (target 8)"
+        )
     print("inference step alone:")
     res["inference_only"] = inference_only(args.repeats)
     dest = ROOT / "results" / "benchmarks" / "map.json"

@@ -7,12 +7,12 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import copy  # noqa: E402
-from pathlib import Path  # noqa: E402
+import copy
+from pathlib import Path
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
-import yaml  # noqa: E402
+import jax
+import pytest
+import yaml
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -39,7 +39,10 @@ def test_run_id_format_and_seed_zero():
 def test_paired_design_shares_seeds():
     plan = plan_campaign([0.02], n_realizations=2, base_seed=7, paired=True)
     assert [(r.g1, r.seed, r.pair_sign) for r in plan] == [
-        (0.02, 7, 1), (-0.02, 7, -1), (0.02, 8, 1), (-0.02, 8, -1)
+        (0.02, 7, 1),
+        (-0.02, 7, -1),
+        (0.02, 8, 1),
+        (-0.02, 8, -1),
     ]
     assert plan[0].pair_id == plan[1].pair_id != plan[2].pair_id
 

@@ -12,12 +12,29 @@ from shearbatch.cli import bias_run
 
 LEVEL0 = "configs/level0.yaml"
 SEED_CMD = [
-    "--config", LEVEL0, "--batch-size", "4", "--shear-grid", "0.01", "0.02", "0.05",
-    "--n-realizations", "2", "--base-seed", "42", "--output-dir", "results/level0", "--dry-run",
+    "--config",
+    LEVEL0,
+    "--batch-size",
+    "4",
+    "--shear-grid",
+    "0.01",
+    "0.02",
+    "0.05",
+    "--n-realizations",
+    "2",
+    "--base-seed",
+    "42",
+    "--output-dir",
+    "results/level0",
+    "--dry-run",
 ]
 SEED_IDS = [
-    "g1_+0.0100_g2_+0.0000_s42", "g1_+0.0100_g2_+0.0000_s43", "g1_+0.0200_g2_+0.0000_s42",
-    "g1_+0.0200_g2_+0.0000_s43", "g1_+0.0500_g2_+0.0000_s42", "g1_+0.0500_g2_+0.0000_s43",
+    "g1_+0.0100_g2_+0.0000_s42",
+    "g1_+0.0100_g2_+0.0000_s43",
+    "g1_+0.0200_g2_+0.0000_s42",
+    "g1_+0.0200_g2_+0.0000_s43",
+    "g1_+0.0500_g2_+0.0000_s42",
+    "g1_+0.0500_g2_+0.0000_s43",
 ]
 
 
@@ -49,18 +66,35 @@ def test_dry_run_writes_nothing(tmp_path):
 
 
 def test_shine_config_alias_and_comma_grid(tmp_path):
-    res = run(["--shine-config", LEVEL0, "--shear-grid", "-0.05,0.02", "--n-realizations", "1",
-               "--output-dir", str(tmp_path), "--dry-run"])
+    res = run(
+        [
+            "--shine-config",
+            LEVEL0,
+            "--shear-grid",
+            "-0.05,0.02",
+            "--n-realizations",
+            "1",
+            "--output-dir",
+            str(tmp_path),
+            "--dry-run",
+        ]
+    )
     assert res.exit_code == 0, res.output
     assert "g1_-0.0500_g2_+0.0000_s0" in res.output and "plan: 2 realizations" in res.output
 
 
 def test_array_task_slices_from_flags_and_slurm_env(tmp_path):
-    base = SEED_CMD[:-3] + ["--output-dir", str(tmp_path), "--dry-run"]
+    base = [*SEED_CMD[:-3], "--output-dir", str(tmp_path), "--dry-run"]
     seen = []
     for i in range(3):
-        res = run(base, env={"SLURM_ARRAY_TASK_ID": str(i), "SLURM_ARRAY_TASK_COUNT": "3",
-                             "SLURM_ARRAY_TASK_MIN": "0"})
+        res = run(
+            base,
+            env={
+                "SLURM_ARRAY_TASK_ID": str(i),
+                "SLURM_ARRAY_TASK_COUNT": "3",
+                "SLURM_ARRAY_TASK_MIN": "0",
+            },
+        )
         assert res.exit_code == 0, res.output
         assert f"array task {i} of 3 takes 2" in res.output
         seen += [rid for rid in SEED_IDS if rid in res.output]
@@ -75,10 +109,10 @@ def test_dry_run_reports_completed_realizations(tmp_path):
     for name in ("posterior.nc", "truth.json"):
         (d / name).write_text("x")
     (d / "convergence.json").write_text('{"status": "ok"}')
-    res = run(SEED_CMD[:-3] + ["--output-dir", str(tmp_path), "--dry-run"])
+    res = run([*SEED_CMD[:-3], "--output-dir", str(tmp_path), "--dry-run"])
     assert "already complete: 1" in res.output and "to run: 5" in res.output
     assert f"done (skipped): {SEED_IDS[0]}" in res.output
-    res = run(SEED_CMD[:-3] + ["--output-dir", str(tmp_path), "--dry-run", "--overwrite"])
+    res = run([*SEED_CMD[:-3], "--output-dir", str(tmp_path), "--dry-run", "--overwrite"])
     assert "to run: 6" in res.output
 
 
@@ -88,6 +122,7 @@ def bad_yaml(tmp_path):
         p = tmp_path / "cfg.yaml"
         p.write_text(text)
         return str(p)
+
     return make
 
 
@@ -101,7 +136,11 @@ def _level0_with(old, new):
         (["--config", "missing.yaml"], None, "config file not found"),
         ([], "image: {pixel_scale: [\n", "invalid YAML"),
         ([], _level0_with("  flux: 1.0", "  flux: 1.0\n  colour: red"), "gal.colour: unknown key"),
-        ([], _level0_with("pixel_scale: 0.263", "pixel_scale: -0.263"), "image.pixel_scale: must be > 0"),
+        (
+            [],
+            _level0_with("pixel_scale: 0.263", "pixel_scale: -0.263"),
+            "image.pixel_scale: must be > 0",
+        ),
         ([], _level0_with("sigma: 1.0e-6", "sigma: -1.0e-6"), "image.noise.sigma: must be > 0"),
         ([], _level0_with("size_x: 48", "size_x: -48"), "image.size_x: must be >= 1"),
         (["--shear-grid", "0.01", "1.2"], None, "--shear-grid: |g| must be < 1"),
@@ -109,14 +148,24 @@ def _level0_with(old, new):
         (["--batch-size", "0"], None, "--batch-size: must be >= 1"),
         (["--batch-size", "-3"], None, "--batch-size: must be >= 1"),
         (["--n-realizations", "0"], None, "--n-realizations: must be >= 1"),
-        (["--array-task-id", "2", "--array-task-count", "2"], None, "--array-task-id: 2 outside [0, 2)"),
+        (
+            ["--array-task-id", "2", "--array-task-count", "2"],
+            None,
+            "--array-task-id: 2 outside [0, 2)",
+        ),
         (["--array-task-id", "-1", "--array-task-count", "2"], None, "--array-task-id: -1 outside"),
         (["--method", "hmc"], None, "--method: unknown method 'hmc'"),
-        ([], _level0_with("method: map", "method: gibbs"), "inference.method: unknown method 'gibbs'"),
+        (
+            [],
+            _level0_with("method: map", "method: gibbs"),
+            "inference.method: unknown method 'gibbs'",
+        ),
         (["--batch-size", "four"], None, "'--batch-size'"),
     ],
 )
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, bad_yaml, args, yaml_text, needle):
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    tmp_path, bad_yaml, args, yaml_text, needle
+):
     out = tmp_path / "out"
     out.mkdir()
     keep = out / "keep.txt"

@@ -5,7 +5,15 @@ import copy
 import pytest
 import yaml
 
-from shearbatch.config import ConfigError, Fixed, LogNormal, Normal, config_hash, load_config, parse_config
+from shearbatch.config import (
+    ConfigError,
+    Fixed,
+    LogNormal,
+    Normal,
+    config_hash,
+    load_config,
+    parse_config,
+)
 
 LEVEL0 = "configs/level0.yaml"
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import xarray as xr
 from click.testing import CliRunner
-from conftest import write_config
 
 import shearbatch.engine as engine
+from conftest import write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.config import load_config
@@ -47,9 +47,24 @@ def quiet_cfg(module_tmp):
 @pytest.fixture(scope="module")
 def campaign_a(module_tmp, quiet_cfg):
     out = module_tmp / "a"
-    bias_run_ok(["--config", quiet_cfg, "--shear-grid", *GRID, "--g2-true", "-0.01",
-                 "--n-realizations", "2", "--base-seed", "3", "--batch-size", "8",
-                 "--output-dir", str(out)])
+    bias_run_ok(
+        [
+            "--config",
+            quiet_cfg,
+            "--shear-grid",
+            *GRID,
+            "--g2-true",
+            "-0.01",
+            "--n-realizations",
+            "2",
+            "--base-seed",
+            "3",
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(out),
+        ]
+    )
     return out
 
 
@@ -83,22 +98,60 @@ def test_each_file_holds_only_its_own_realization(campaign_a):
 def test_level0_noise_1e6_is_within_laplace_errors(module_tmp):
     """At the shipped noise (1e-6) sigma(g) ~ 1.7e-5: errors are consistent with it."""
     out = module_tmp / "noisy"
-    bias_run_ok(["--config", "configs/level0.yaml", "--shear-grid", *GRID, "--g2-true", "-0.01",
-                 "--n-realizations", "2", "--base-seed", "3", "--batch-size", "8",
-                 "--output-dir", str(out)])
+    bias_run_ok(
+        [
+            "--config",
+            "configs/level0.yaml",
+            "--shear-grid",
+            *GRID,
+            "--g2-true",
+            "-0.01",
+            "--n-realizations",
+            "2",
+            "--base-seed",
+            "3",
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(out),
+        ]
+    )
     z = []
     for d in out.iterdir():
         post, truth = read_posterior(d / "posterior.nc"), read_json(d / "truth.json")
         std = read_json(d / "convergence.json")["laplace"]["std_unconstrained"]
-        z += [(post["g1"].mean() - truth["g1"]) / std[0], (post["g2"].mean() - truth["g2"]) / std[1]]
+        z += [
+            (post["g1"].mean() - truth["g1"]) / std[0],
+            (post["g2"].mean() - truth["g2"]) / std[1],
+        ]
     assert np.max(np.abs(z)) < 5.0, z
 
 
 def test_batch_invariance_across_order_and_companions(module_tmp, quiet_cfg, campaign_a):
     out = module_tmp / "b"
-    bias_run_ok(["--config", quiet_cfg, "--shear-grid", "0.05", "0.03", "-0.02", "0", "-0.05",
-                 "0.02", "--g2-true", "-0.01", "--n-realizations", "2", "--base-seed", "3",
-                 "--batch-size", "8", "--output-dir", str(out)])
+    bias_run_ok(
+        [
+            "--config",
+            quiet_cfg,
+            "--shear-grid",
+            "0.05",
+            "0.03",
+            "-0.02",
+            "0",
+            "-0.05",
+            "0.02",
+            "--g2-true",
+            "-0.01",
+            "--n-realizations",
+            "2",
+            "--base-seed",
+            "3",
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(out),
+        ]
+    )
     common = sorted(d.name for d in campaign_a.iterdir())
     for rid in common:
         a = read_posterior(campaign_a / rid / "posterior.nc")
@@ -108,14 +161,33 @@ def test_batch_invariance_across_order_and_companions(module_tmp, quiet_cfg, cam
             np.testing.assert_array_equal(a[k], b[k])  # bit-identical
         ca = read_json(campaign_a / rid / "convergence.json")
         cb = read_json(out / rid / "convergence.json")
-        assert ca["batch"]["lane"] != cb["batch"]["lane"] or ca["batch"]["index"] != cb["batch"]["index"]
+        assert (
+            ca["batch"]["lane"] != cb["batch"]["lane"]
+            or ca["batch"]["index"] != cb["batch"]["index"]
+        )
 
 
 def test_batch_of_one_agrees_with_batch_of_eight(module_tmp, quiet_cfg, campaign_a):
     out = module_tmp / "single"
-    bias_run_ok(["--config", quiet_cfg, "--shear-grid", "-0.05", "0.05", "--g2-true", "-0.01",
-                 "--n-realizations", "1", "--base-seed", "3", "--batch-size", "1",
-                 "--output-dir", str(out)])
+    bias_run_ok(
+        [
+            "--config",
+            quiet_cfg,
+            "--shear-grid",
+            "-0.05",
+            "0.05",
+            "--g2-true",
+            "-0.01",
+            "--n-realizations",
+            "1",
+            "--base-seed",
+            "3",
+            "--batch-size",
+            "1",
+            "--output-dir",
+            str(out),
+        ]
+    )
     one, eight = posterior_means(out), posterior_means(campaign_a)
     assert len(one) == 2
     for rid, (g1, g2) in one.items():
@@ -141,8 +213,22 @@ def test_posterior_nc_opens_with_arviz_and_datatree(campaign_a):
 
 def test_single_realization_goes_to_its_run_id_directory(module_tmp, quiet_cfg):
     out = module_tmp / "one"
-    bias_run_ok(["--config", quiet_cfg, "--g1-true", "0.02", "--g2-true", "-0.01", "--seed", "42",
-                 "--run-id", "r0001", "--output-dir", str(out)])
+    bias_run_ok(
+        [
+            "--config",
+            quiet_cfg,
+            "--g1-true",
+            "0.02",
+            "--g2-true",
+            "-0.01",
+            "--seed",
+            "42",
+            "--run-id",
+            "r0001",
+            "--output-dir",
+            str(out),
+        ]
+    )
     assert sorted(os.listdir(out)) == ["r0001"]
     assert sorted(os.listdir(out / "r0001")) == ["convergence.json", "posterior.nc", "truth.json"]
     truth = read_json(out / "r0001" / "truth.json")
@@ -151,8 +237,18 @@ def test_single_realization_goes_to_its_run_id_directory(module_tmp, quiet_cfg):
 
 def test_resume_skips_complete_and_overwrite_redoes(module_tmp, quiet_cfg):
     out = module_tmp / "resume"
-    args = ["--config", quiet_cfg, "--shear-grid", "0.01", "--n-realizations", "2",
-            "--batch-size", "2", "--output-dir", str(out)]
+    args = [
+        "--config",
+        quiet_cfg,
+        "--shear-grid",
+        "0.01",
+        "--n-realizations",
+        "2",
+        "--batch-size",
+        "2",
+        "--output-dir",
+        str(out),
+    ]
     bias_run_ok(args)
     stamp = {p: p.stat().st_mtime_ns for p in out.rglob("*.json")}
     (out / "g1_+0.0100_g2_+0.0000_s1" / "convergence.json").unlink()  # make one incomplete
@@ -178,10 +274,27 @@ def test_failed_realization_is_data(module_tmp, quiet_cfg, campaign_a, monkeypat
 
     monkeypatch.setattr(engine, "simulate_batch", with_broken_lane)
     out = module_tmp / "broken"
-    res = CliRunner().invoke(bias_run, ["--config", quiet_cfg, "--shear-grid", *GRID,
-                                        "--g2-true", "-0.01", "--n-realizations", "2",
-                                        "--base-seed", "3", "--batch-size", "8", "--x64",
-                                        "--no-progress", "--output-dir", str(out)])
+    res = CliRunner().invoke(
+        bias_run,
+        [
+            "--config",
+            quiet_cfg,
+            "--shear-grid",
+            *GRID,
+            "--g2-true",
+            "-0.01",
+            "--n-realizations",
+            "2",
+            "--base-seed",
+            "3",
+            "--batch-size",
+            "8",
+            "--x64",
+            "--no-progress",
+            "--output-dir",
+            str(out),
+        ],
+    )
     assert res.exit_code == 1, res.output
     conv = read_json(out / broken / "convergence.json")
     assert conv["status"] == "failed" and "non-finite data" in conv["reason"]
@@ -189,7 +302,10 @@ def test_failed_realization_is_data(module_tmp, quiet_cfg, campaign_a, monkeypat
         if d.name == broken:
             continue
         assert read_json(d / "convergence.json")["status"] == "ok"
-        a, b = read_posterior(d / "posterior.nc"), read_posterior(campaign_a / d.name / "posterior.nc")
+        a, b = (
+            read_posterior(d / "posterior.nc"),
+            read_posterior(campaign_a / d.name / "posterior.nc"),
+        )
         np.testing.assert_array_equal(a["g1"], b["g1"])
 
 
@@ -213,34 +329,72 @@ def test_campaign_compiles_once(module_tmp, quiet_cfg, monkeypatch):
 
 
 def test_second_process_hits_the_persistent_cache(tmp_path):
-    cfg = write_config(tmp_path / "tiny.yaml", {"image.size_x": 16, "image.size_y": 16,
-                                                 "gal.half_light_radius": 0.3})
+    cfg = write_config(
+        tmp_path / "tiny.yaml",
+        {"image.size_x": 16, "image.size_y": 16, "gal.half_light_radius": 0.3},
+    )
     env = {**os.environ, "SHEARBATCH_CACHE_DIR": str(tmp_path / "cache")}
     exe = Path(sys.executable).parent / "bias-run"
     logs = []
     for i in range(2):
-        out = subprocess.run([str(exe), "--config", cfg, "--shear-grid", "0.01", "--x64",
-                              "--output-dir", str(tmp_path / f"o{i}"), "--no-progress"],
-                             capture_output=True, text=True, env=env, check=False)
+        out = subprocess.run(
+            [
+                str(exe),
+                "--config",
+                cfg,
+                "--shear-grid",
+                "0.01",
+                "--x64",
+                "--output-dir",
+                str(tmp_path / f"o{i}"),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
-        logs.append(next(ln for ln in out.stderr.splitlines() if "persistent compilation cache:" in ln))
+        logs.append(
+            next(ln for ln in out.stderr.splitlines() if "persistent compilation cache:" in ln)
+        )
     assert " 0 hit(s)" in logs[0]
     assert " 0 miss(es)" in logs[1] and " 0 hit(s)" not in logs[1], logs
     a = read_posterior(tmp_path / "o0" / "g1_+0.0100_g2_+0.0000_s0" / "posterior.nc")
     b = read_posterior(tmp_path / "o1" / "g1_+0.0100_g2_+0.0000_s0" / "posterior.nc")
     np.testing.assert_array_equal(a["g1"], b["g1"])
-    assert json.loads((tmp_path / "o1" / "g1_+0.0100_g2_+0.0000_s0" / "convergence.json")
-                      .read_text())["status"] == "ok"
+    assert (
+        json.loads((tmp_path / "o1" / "g1_+0.0100_g2_+0.0000_s0" / "convergence.json").read_text())[
+            "status"
+        ]
+        == "ok"
+    )
 
 
 def test_method_flag_selects_vi(module_tmp):
-    cfg = write_config(module_tmp / "vi.yaml", {
-        "image.noise.sigma": 1e-3,
-        "inference.vi_config": {"num_steps": 300, "learning_rate": 0.003, "num_samples": 200},
-    })
+    cfg = write_config(
+        module_tmp / "vi.yaml",
+        {
+            "image.noise.sigma": 1e-3,
+            "inference.vi_config": {"num_steps": 300, "learning_rate": 0.003, "num_samples": 200},
+        },
+    )
     out = module_tmp / "vi"
-    bias_run_ok(["--config", cfg, "--method", "vi", "--shear-grid", "0.02", "-0.02",
-                 "--batch-size", "2", "--output-dir", str(out)])
+    bias_run_ok(
+        [
+            "--config",
+            cfg,
+            "--method",
+            "vi",
+            "--shear-grid",
+            "0.02",
+            "-0.02",
+            "--batch-size",
+            "2",
+            "--output-dir",
+            str(out),
+        ]
+    )
     for d in out.iterdir():
         conv = read_json(d / "convergence.json")
         assert conv["method"] == "vi" and conv["status"] == "ok" and "elbo" in conv

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import write_config
 
 import shearbatch.engine as engine
 import shearbatch.infer.nuts as nuts
+from conftest import write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.config import load_config
@@ -23,19 +23,30 @@ GRID = ["0.03", "-0.02"]
 
 @pytest.fixture(scope="module")
 def cfg_path(module_tmp):
-    return write_config(module_tmp / "nuts.yaml", {
-        "image.size_x": 24, "image.size_y": 24, "image.noise.sigma": 1e-3,
-        "gal.flux": {"type": "LogNormal", "mean": 1.0, "sigma": 2.0},
-        "gal.position": {"type": "Uniform", "x_min": 11.5, "x_max": 12.5,
-                         "y_min": 11.5, "y_max": 12.5},
-        "inference.method": "nuts",
-        "inference.nuts_config": {"warmup": 250, "samples": 250, "chains": 4},
-    })
+    return write_config(
+        module_tmp / "nuts.yaml",
+        {
+            "image.size_x": 24,
+            "image.size_y": 24,
+            "image.noise.sigma": 1e-3,
+            "gal.flux": {"type": "LogNormal", "mean": 1.0, "sigma": 2.0},
+            "gal.position": {
+                "type": "Uniform",
+                "x_min": 11.5,
+                "x_max": 12.5,
+                "y_min": 11.5,
+                "y_max": 12.5,
+            },
+            "inference.method": "nuts",
+            "inference.nuts_config": {"warmup": 250, "samples": 250, "chains": 4},
+        },
+    )
 
 
 def run(cfg_path, out, *args, expect=0):
-    res = CliRunner().invoke(bias_run, ["--config", cfg_path, "--output-dir", str(out), "--x64",
-                                        "--no-progress", *args])
+    res = CliRunner().invoke(
+        bias_run, ["--config", cfg_path, "--output-dir", str(out), "--x64", "--no-progress", *args]
+    )
     assert res.exit_code == expect, res.output
     return res
 
@@ -43,16 +54,42 @@ def run(cfg_path, out, *args, expect=0):
 @pytest.fixture(scope="module")
 def batch4(module_tmp, cfg_path):
     out = module_tmp / "b4"
-    run(cfg_path, out, "--shear-grid", *GRID, "--g2-true", "0.01", "--n-realizations", "2",
-        "--base-seed", "7", "--batch-size", "4")
+    run(
+        cfg_path,
+        out,
+        "--shear-grid",
+        *GRID,
+        "--g2-true",
+        "0.01",
+        "--n-realizations",
+        "2",
+        "--base-seed",
+        "7",
+        "--batch-size",
+        "4",
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def laplace(module_tmp, cfg_path):
     out = module_tmp / "map"
-    run(cfg_path, out, "--method", "map", "--shear-grid", *GRID, "--g2-true", "0.01",
-        "--n-realizations", "2", "--base-seed", "7", "--batch-size", "4")
+    run(
+        cfg_path,
+        out,
+        "--method",
+        "map",
+        "--shear-grid",
+        *GRID,
+        "--g2-true",
+        "0.01",
+        "--n-realizations",
+        "2",
+        "--base-seed",
+        "7",
+        "--batch-size",
+        "4",
+    )
     return out
 
 
@@ -68,9 +105,13 @@ def test_noisy_level0_converges_covers_and_matches_laplace(batch4, laplace):
             assert conv["rhat"][site] <= 1.01 and conv["ess_bulk"][site] >= 400, conv
             lo, hi = np.quantile(post[site], [0.005, 0.995])
             assert lo < truth[site] < hi
-            lap_std = read_json(laplace / d.name / "convergence.json")["laplace"]["posterior_std"][site]
+            lap_std = read_json(laplace / d.name / "convergence.json")["laplace"]["posterior_std"][
+                site
+            ]
             assert abs(post[site].std() / lap_std - 1) < 0.2
-        assert {"bfmi", "divergences", "divergence_frac", "tree_depth_max_hits", "ess_tail"} <= set(conv)
+        assert {"bfmi", "divergences", "divergence_frac", "tree_depth_max_hits", "ess_tail"} <= set(
+            conv
+        )
         assert len(conv["bfmi"]) == 4 and conv["batch"]["lockstep_efficiency"]["sampling"] > 0
 
 
@@ -79,36 +120,78 @@ def test_sample_stats_are_written(batch4):
 
     d = next(batch4.iterdir())
     with xr.open_dataset(d / "posterior.nc", group="sample_stats") as ss:
-        assert {"diverging", "tree_depth", "n_steps", "step_size", "energy",
-                "acceptance_rate", "lp"} <= set(ss.data_vars)
+        assert {
+            "diverging",
+            "tree_depth",
+            "n_steps",
+            "step_size",
+            "energy",
+            "acceptance_rate",
+            "lp",
+        } <= set(ss.data_vars)
         assert ss["diverging"].dims == ("chain", "draw")
 
 
 def test_same_batch_size_different_companions_is_bit_identical(module_tmp, cfg_path, batch4):
     out = module_tmp / "b4_other"
     # g1=-0.02 seeds 7, 8 again, now with other companions and in other lanes
-    run(cfg_path, out, "--shear-grid", "0.05", "-0.02", "--g2-true", "0.01",
-        "--n-realizations", "2", "--base-seed", "7", "--batch-size", "4")
+    run(
+        cfg_path,
+        out,
+        "--shear-grid",
+        "0.05",
+        "-0.02",
+        "--g2-true",
+        "0.01",
+        "--n-realizations",
+        "2",
+        "--base-seed",
+        "7",
+        "--batch-size",
+        "4",
+    )
     for rid in ("g1_-0.0200_g2_+0.0100_s7", "g1_-0.0200_g2_+0.0100_s8"):
-        a, b = read_posterior(batch4 / rid / "posterior.nc"), read_posterior(out / rid / "posterior.nc")
+        a, b = (
+            read_posterior(batch4 / rid / "posterior.nc"),
+            read_posterior(out / rid / "posterior.nc"),
+        )
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
 
 
 def test_batch_of_one_is_statistically_equivalent(module_tmp, cfg_path, batch4):
     out = module_tmp / "b1"
-    run(cfg_path, out, "--g1-true", "0.03", "--g2-true", "0.01", "--seed", "7",
-        "--run-id", "g1_+0.0300_g2_+0.0100_s7", "--batch-size", "1")
+    run(
+        cfg_path,
+        out,
+        "--g1-true",
+        "0.03",
+        "--g2-true",
+        "0.01",
+        "--seed",
+        "7",
+        "--run-id",
+        "g1_+0.0300_g2_+0.0100_s7",
+        "--batch-size",
+        "1",
+    )
     rid = "g1_+0.0300_g2_+0.0100_s7"
-    one, four = read_posterior(out / rid / "posterior.nc"), read_posterior(batch4 / rid / "posterior.nc")
+    one, four = (
+        read_posterior(out / rid / "posterior.nc"),
+        read_posterior(batch4 / rid / "posterior.nc"),
+    )
     c1, c4 = read_json(out / rid / "convergence.json"), read_json(batch4 / rid / "convergence.json")
     for site in ("g1", "g2"):
-        mcse = np.hypot(one[site].std() / np.sqrt(c1["ess_bulk"][site]),
-                        four[site].std() / np.sqrt(c4["ess_bulk"][site]))
+        mcse = np.hypot(
+            one[site].std() / np.sqrt(c1["ess_bulk"][site]),
+            four[site].std() / np.sqrt(c4["ess_bulk"][site]),
+        )
         assert abs(one[site].mean() - four[site].mean()) < 4 * mcse
 
 
-def test_broken_and_hard_neighbours_do_not_affect_the_others(module_tmp, cfg_path, batch4, monkeypatch):
+def test_broken_and_hard_neighbours_do_not_affect_the_others(
+    module_tmp, cfg_path, batch4, monkeypatch
+):
     """Lanes 3, 4 replaced by NaN data and by a 100x higher-S/N galaxy; lanes 1, 2 unchanged."""
     cfg = load_config(cfg_path)
     plan = plan_campaign([0.03, -0.02], g2=0.01, n_realizations=2, base_seed=7)
@@ -122,7 +205,9 @@ def test_broken_and_hard_neighbours_do_not_affect_the_others(module_tmp, cfg_pat
             if r.run_id == broken:
                 images[b] = np.nan
             elif r.run_id == hard:
-                clean = np.asarray(render_stamps(cfg_, {k: v[b] for k, v in sim.params.items()}, sim.g[b]))
+                clean = np.asarray(
+                    render_stamps(cfg_, {k: v[b] for k, v in sim.params.items()}, sim.g[b])
+                )
                 images[b] = 100 * clean + (images[b] - clean)  # flux x100, same noise
         return sim._replace(images=jnp.asarray(images))
 
@@ -133,13 +218,20 @@ def test_broken_and_hard_neighbours_do_not_affect_the_others(module_tmp, cfg_pat
     assert "non-finite data" in read_json(out / broken / "convergence.json")["reason"]
     hard_conv = read_json(out / hard / "convergence.json")
     assert hard_conv["status"] == "ok"
-    assert read_posterior(out / hard / "posterior.nc")["g1"].std() < 0.05 * read_posterior(
-        batch4 / hard / "posterior.nc")["g1"].std()
+    assert (
+        read_posterior(out / hard / "posterior.nc")["g1"].std()
+        < 0.05 * read_posterior(batch4 / hard / "posterior.nc")["g1"].std()
+    )
     for r in plan[:2]:
-        a, b = read_json(out / r.run_id / "convergence.json"), read_json(batch4 / r.run_id / "convergence.json")
+        a, b = (
+            read_json(out / r.run_id / "convergence.json"),
+            read_json(batch4 / r.run_id / "convergence.json"),
+        )
         assert a["rhat"] == b["rhat"] and a["ess_bulk"] == b["ess_bulk"]
-        np.testing.assert_array_equal(read_posterior(out / r.run_id / "posterior.nc")["g1"],
-                                      read_posterior(batch4 / r.run_id / "posterior.nc")["g1"])
+        np.testing.assert_array_equal(
+            read_posterior(out / r.run_id / "posterior.nc")["g1"],
+            read_posterior(batch4 / r.run_id / "posterior.nc")["g1"],
+        )
 
 
 def test_nuts_program_compiles_once_per_campaign(module_tmp, cfg_path, monkeypatch):

@@ -3,8 +3,8 @@ estimate over noise realizations, and VI agrees with Laplace on a Gaussian-like 
 
 import numpy as np
 import pytest
-from conftest import write_config
 
+from conftest import write_config
 from shearbatch.batch import build_inference_model, realization_keys
 from shearbatch.campaign import plan_campaign
 from shearbatch.config import load_config
@@ -32,11 +32,16 @@ def noisy_cfg(module_tmp):
     # noise 1e-3: sigma(g) ~ 0.017. A broad shear prior (sigma 0.5) makes the MAP estimate's
     # scatter equal the posterior width (with the shipped N(0, 0.05) prior, shrinkage
     # would make the scatter ~6% smaller than the Laplace std, by construction).
-    return load_config(write_config(module_tmp / "noisy.yaml", {
-        "image.noise.sigma": 1e-3,
-        "gal.shear.g1": {"type": "Normal", "mean": 0.0, "sigma": 0.5},
-        "gal.shear.g2": {"type": "Normal", "mean": 0.0, "sigma": 0.5},
-    }))
+    return load_config(
+        write_config(
+            module_tmp / "noisy.yaml",
+            {
+                "image.noise.sigma": 1e-3,
+                "gal.shear.g1": {"type": "Normal", "mean": 0.0, "sigma": 0.5},
+                "gal.shear.g2": {"type": "Normal", "mean": 0.0, "sigma": 0.5},
+            },
+        )
+    )
 
 
 def test_laplace_width_matches_scatter_over_noise_realizations(noisy_cfg):
@@ -55,11 +60,18 @@ def test_laplace_width_matches_scatter_over_noise_realizations(noisy_cfg):
 
 def test_vi_agrees_with_laplace(noisy_cfg):
     plan = plan_campaign([0.03, -0.02], g2=0.01, n_realizations=2, base_seed=7)
-    vi_cfg = noisy_cfg.model_copy(update={"inference": noisy_cfg.inference.model_copy(update={
-        "method": "vi",
-        "vi_config": noisy_cfg.inference.vi_config.model_copy(
-            update={"num_steps": 1000, "learning_rate": 0.003, "num_samples": 2000}),
-    })})
+    vi_cfg = noisy_cfg.model_copy(
+        update={
+            "inference": noisy_cfg.inference.model_copy(
+                update={
+                    "method": "vi",
+                    "vi_config": noisy_cfg.inference.vi_config.model_copy(
+                        update={"num_steps": 1000, "learning_rate": 0.003, "num_samples": 2000}
+                    ),
+                }
+            )
+        }
+    )
     (vi,), truth = _infer(vi_cfg, plan, batch=4)
     (lap,), _ = _infer(noisy_cfg, plan, batch=4)
     for k, site in enumerate(("g1", "g2")):

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from conftest import write_config
 
+from conftest import write_config
 from shearbatch.campaign import Realization, plan_campaign
 from shearbatch.config import load_config
 from shearbatch.simulate import render_stamps, simulate_batch, truth_records
@@ -12,15 +12,31 @@ from shearbatch.simulate import render_stamps, simulate_batch, truth_records
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     """Three 24x24 galaxies per realization with drawn flux, size, shape and position."""
-    return load_config(write_config(module_tmp / "multi.yaml", {
-        "image.size_x": 24, "image.size_y": 24, "image.n_objects": 3,
-        "image.noise.sigma": 1e-3,
-        "gal.flux": {"type": "LogNormal", "mean": 1.0, "sigma": 0.2},
-        "gal.half_light_radius": {"type": "Uniform", "min": 0.3, "max": 0.6},
-        "gal.ellipticity": {"type": "E1E2", "e1": {"type": "Normal", "sigma": 0.2},
-                            "e2": {"type": "TruncatedNormal", "sigma": 0.2, "min": -0.5, "max": 0.5}},
-        "gal.position": {"type": "Uniform", "x_min": 11.5, "x_max": 12.5, "y_min": 0.45, "y_max": 0.55},
-    }))
+    return load_config(
+        write_config(
+            module_tmp / "multi.yaml",
+            {
+                "image.size_x": 24,
+                "image.size_y": 24,
+                "image.n_objects": 3,
+                "image.noise.sigma": 1e-3,
+                "gal.flux": {"type": "LogNormal", "mean": 1.0, "sigma": 0.2},
+                "gal.half_light_radius": {"type": "Uniform", "min": 0.3, "max": 0.6},
+                "gal.ellipticity": {
+                    "type": "E1E2",
+                    "e1": {"type": "Normal", "sigma": 0.2},
+                    "e2": {"type": "TruncatedNormal", "sigma": 0.2, "min": -0.5, "max": 0.5},
+                },
+                "gal.position": {
+                    "type": "Uniform",
+                    "x_min": 11.5,
+                    "x_max": 12.5,
+                    "y_min": 0.45,
+                    "y_max": 0.55,
+                },
+            },
+        )
+    )
 
 
 def test_shapes_and_truths(cfg):
@@ -28,11 +44,25 @@ def test_shapes_and_truths(cfg):
     sim = simulate_batch(cfg, plan)
     assert sim.images.shape == (4, 3, 24, 24)
     assert sim.noise_sigma == 1e-3
-    np.testing.assert_array_equal(np.asarray(sim.g), [[0.01, 0.02], [0.01, 0.02], [-0.03, 0.02], [-0.03, 0.02]])
+    np.testing.assert_array_equal(
+        np.asarray(sim.g), [[0.01, 0.02], [0.01, 0.02], [-0.03, 0.02], [-0.03, 0.02]]
+    )
     truths = truth_records(cfg, plan, sim)
     t = truths[0]
-    assert (t["run_id"], t["g1"], t["g2"], t["seed"], t["noise_sigma"]) == (plan[0].run_id, 0.01, 0.02, 0, 1e-3)
-    gal = np.array([[g[f] for f in ("flux", "hlr", "e1", "e2", "dx", "dy")] for t in truths for g in t["galaxies"]])
+    assert (t["run_id"], t["g1"], t["g2"], t["seed"], t["noise_sigma"]) == (
+        plan[0].run_id,
+        0.01,
+        0.02,
+        0,
+        1e-3,
+    )
+    gal = np.array(
+        [
+            [g[f] for f in ("flux", "hlr", "e1", "e2", "dx", "dy")]
+            for t in truths
+            for g in t["galaxies"]
+        ]
+    )
     assert np.all(gal[:, 1] >= 0.3) and np.all(gal[:, 1] <= 0.6)
     assert np.all(np.abs(gal[:, 3]) <= 0.5)
     assert np.all(np.abs(gal[:, 4]) <= 0.5) and np.all(np.abs(gal[:, 5]) <= 0.05 * 24 + 1e-12)
@@ -58,7 +88,9 @@ def test_realization_depends_only_on_its_seed(cfg):
         i = batch.index(target)
         np.testing.assert_array_equal(np.asarray(sim.images[i]), np.asarray(alone.images[0]))
         for f in sim.params:
-            np.testing.assert_array_equal(np.asarray(sim.params[f][i]), np.asarray(alone.params[f][0]))
+            np.testing.assert_array_equal(
+                np.asarray(sim.params[f][i]), np.asarray(alone.params[f][0])
+            )
     again = simulate_batch(cfg, [target._replace(seed=1)])
     assert not np.array_equal(np.asarray(again.images), np.asarray(alone.images))
 
@@ -66,8 +98,12 @@ def test_realization_depends_only_on_its_seed(cfg):
 def test_noise_has_the_configured_sigma(cfg):
     plan = plan_campaign([0.01], n_realizations=4, base_seed=100)
     sim = simulate_batch(cfg, plan)
-    clean = np.stack([np.asarray(render_stamps(cfg, {k: v[b] for k, v in sim.params.items()}, sim.g[b]))
-                      for b in range(len(plan))])
+    clean = np.stack(
+        [
+            np.asarray(render_stamps(cfg, {k: v[b] for k, v in sim.params.items()}, sim.g[b]))
+            for b in range(len(plan))
+        ]
+    )
     resid = np.asarray(sim.images) - clean
     n = resid.size
     assert abs(resid.std() / 1e-3 - 1) < 5 / np.sqrt(2 * n)  # 5 standard errors of a std
@@ -76,9 +112,13 @@ def test_noise_has_the_configured_sigma(cfg):
 
 def test_simulation_section_changes_only_the_data(module_tmp):
     base = load_config("configs/level0.yaml")
-    mis = load_config(write_config(module_tmp / "mis.yaml", {"psf.sigma": 0.4011,
-                                                              "simulation": {"psf": {"sigma": 0.382}}}))
+    mis = load_config(
+        write_config(
+            module_tmp / "mis.yaml", {"psf.sigma": 0.4011, "simulation": {"psf": {"sigma": 0.382}}}
+        )
+    )
     r = [Realization("x", 0.02, 0.0, 3)]
-    np.testing.assert_array_equal(np.asarray(simulate_batch(base, r).images),
-                                  np.asarray(simulate_batch(mis, r).images))
+    np.testing.assert_array_equal(
+        np.asarray(simulate_batch(base, r).images), np.asarray(simulate_batch(mis, r).images)
+    )
     assert truth_records(mis, r, simulate_batch(mis, r))[0]["psf"]["sigma"] == 0.382

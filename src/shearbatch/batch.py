@@ -72,7 +72,10 @@ def build_inference_model(cfg: Config) -> InferenceModel:
     jax.eval_shape(_trace, dummy)
     transforms = {k: biject_to(sup) for k, (sup, _, _) in latent.items()}
     sites = {k: shape for k, (_, shape, _) in latent.items()}
-    z0 = {k: transforms[k].inv(jnp.broadcast_to(_prior_mean(cfg, k), shape)) for k, shape in sites.items()}
+    z0 = {
+        k: transforms[k].inv(jnp.broadcast_to(_prior_mean(cfg, k), shape))
+        for k, shape in sites.items()
+    }
     x0, unravel = ravel_pytree(z0)
 
     def potential_fn(x: jax.Array, obs: jax.Array) -> jax.Array:

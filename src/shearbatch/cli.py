@@ -98,8 +98,12 @@ def _setup_jax(x64: bool, cache_dir: str | None) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", bool(x64))
-    cache = cache_dir or os.environ.get("SHEARBATCH_CACHE_DIR") or str(
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
+    cache = (
+        cache_dir
+        or os.environ.get("SHEARBATCH_CACHE_DIR")
+        or str(
+            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
+        )
     )
     if cache.lower() not in ("", "0", "off", "none"):
         jax.config.update("jax_compilation_cache_dir", cache)
@@ -159,6 +163,7 @@ class _RunCommand(_Command):
 @click.option("--array-task-id", type=int, default=None, help="Default: SLURM_ARRAY_TASK_ID.")
 @click.option("--array-task-count", type=int, default=None, help="Default: SLURM_ARRAY_TASK_COUNT.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
+@click.option("--preview", default=None, help="PNG of the first stamps this task simulates.")
 @click.option("--overwrite", is_flag=True, help="Redo complete realizations too.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
 @click.option("--x64/--no-x64", default=False, help="Float64 inference.")
@@ -174,6 +179,9 @@ def bias_run(**kw: Any) -> int:
     except ConfigError as err:
         raise _fail(str(err)) from None
     _print_plan(job, kw)
+    if kw["preview"]:
+        _setup_jax(kw["x64"], kw["cache_dir"])
+        _preview(job, Path(kw["preview"]))
     if kw["dry_run"]:
         return 0
     _setup_jax(kw["x64"], kw["cache_dir"])
@@ -188,13 +196,30 @@ def bias_run(**kw: Any) -> int:
         progress=progress,
     )
     logger.info(
-        "persistent compilation cache: %d hit(s), %d miss(es)", _CACHE_EVENTS["hits"], _CACHE_EVENTS["misses"]
+        "persistent compilation cache: %d hit(s), %d miss(es)",
+        _CACHE_EVENTS["hits"],
+        _CACHE_EVENTS["misses"],
     )
     click.echo(
         f"wrote {report.n_ok} ok, {report.n_failed} failed realization(s) under {job['output_dir']}"
         f" in {report.wall_s:.1f} s"
     )
     return 1 if report.n_failed else 0
+
+
+def _preview(job: dict[str, Any], path: Path, n: int = 4) -> None:
+    """Render the first ``n`` realizations of this task's plan (the generator only)."""
+    from .plots import stamps_figure
+    from .simulate import simulate_batch
+
+    reals = job["mine"][:n]
+    if not reals:
+        return
+    sim = simulate_batch(job["cfg"], reals)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = stamps_figure(sim.images, [r.run_id for r in reals], sim.noise_sigma)
+    fig.savefig(path, dpi=100)
+    click.echo(f"preview of {len(reals)} realization(s): {path}")
 
 
 def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:

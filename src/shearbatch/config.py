@@ -154,7 +154,9 @@ def _as_param(v: Any) -> Any:
         if "type" not in v:
             raise ValueError(f"a distribution needs 'type' (one of {', '.join(DIST_TYPES)})")
         if v["type"] not in (*DIST_TYPES, "Fixed"):
-            raise ValueError(f"unknown distribution {v['type']!r}; use one of {', '.join(DIST_TYPES)}")
+            raise ValueError(
+                f"unknown distribution {v['type']!r}; use one of {', '.join(DIST_TYPES)}"
+            )
         return v
     if isinstance(v, BaseModel):
         return v
@@ -520,7 +522,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _format_error(err: ValidationError, prefix: str | None = None) -> str:
     e = err.errors(include_url=False)[0]
-    loc = [str(p) for p in e["loc"] if str(p) not in DIST_TYPES + ("Fixed",)]
+    loc = [str(p) for p in e["loc"] if str(p) not in (*DIST_TYPES, "Fixed")]
     path = ".".join(([prefix] if prefix else []) + loc)
     msg = e["msg"]
     for pre in ("Value error, ", "Assertion failed, "):

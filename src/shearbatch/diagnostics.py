@@ -117,6 +117,7 @@ def _nuts_diagnostics(lane, posterior, max_tree_depth, thresholds) -> dict[str, 
     bf = bfmi(np.asarray(lane.energy))
     n_div = int(div.sum())
     frac = n_div / div.size
+
     def flat(d: Mapping[str, Any]) -> np.ndarray:
         return np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in d.values()])
 
@@ -176,7 +177,9 @@ def map_diagnostics(lane: Any, posterior: Mapping[str, np.ndarray]) -> dict[str,
     }
 
 
-def vi_diagnostics(lane: Any, posterior: Mapping[str, np.ndarray], max_trend_z: float = 3.0) -> dict:
+def vi_diagnostics(
+    lane: Any, posterior: Mapping[str, np.ndarray], max_trend_z: float = 3.0
+) -> dict:
     """ELBO record of one VI realization: converged when the loss shows no trend
     (last 10% vs previous 10% of steps differ by < ``max_trend_z`` standard errors)."""
     z = float(lane.trend_z)
@@ -215,6 +218,6 @@ def failure_reason(
     if "divergence_frac" in diag:
         if diag["divergence_frac"] >= 1.0:
             return "every transition diverged"
-        if all(np.all(np.ptp(np.asarray(v), axis=1) == 0) for v in posterior.values()):  # noqa: E501
+        if all(np.all(np.ptp(np.asarray(v), axis=1) == 0) for v in posterior.values()):
             return "chains never moved"
     return None

@@ -130,7 +130,11 @@ def run_campaign(
         bar = tqdm(total=len(todo), unit="realization", desc=f"bias-run {method}")
     logger.info(
         "campaign: %d realizations, %d batch(es) of %d lanes, method %s, %s",
-        len(todo), len(batches), lanes, method, dtype,
+        len(todo),
+        len(batches),
+        lanes,
+        method,
+        dtype,
     )
     for ib, batch in enumerate(batches):
         t0 = time.perf_counter()
@@ -153,7 +157,10 @@ def run_campaign(
             batch_rec["lockstep_efficiency"] = eff
             logger.info(
                 "batch %d: lockstep efficiency (useful/executed leapfrog steps) "
-                "warmup %.2f, sampling %.2f", ib + 1, eff["warmup"], eff["sampling"],
+                "warmup %.2f, sampling %.2f",
+                ib + 1,
+                eff["warmup"],
+                eff["sampling"],
             )
         truths = truth_records(cfg, batch, sim)
         for b, r in enumerate(batch):
@@ -201,7 +208,11 @@ def run_campaign(
         else:
             logger.info(
                 "batch %d/%d: %d realization(s) in %.2f s (inference %.2f s)",
-                ib + 1, len(batches), len(batch), dt, t_infer,
+                ib + 1,
+                len(batches),
+                len(batch),
+                dt,
+                t_infer,
             )
     if bar is not None:
         bar.close()

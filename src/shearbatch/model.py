@@ -62,10 +62,10 @@ def make_model(cfg: Config) -> Callable[[jnp.ndarray], None]:
             params = {k: _site(k, p, plate=True) for k, p in fields.items()}
             numpyro.factor("e_in_unit_disk", _disk(params["e1"], params["e2"]))
             g = jnp.stack([jnp.asarray(g1, obs.dtype), jnp.asarray(g2, obs.dtype)])
-            params = {k: jnp.broadcast_to(jnp.asarray(v, obs.dtype), (m,)) for k, v in params.items()}
+            params = {
+                k: jnp.broadcast_to(jnp.asarray(v, obs.dtype), (m,)) for k, v in params.items()
+            }
             image = render_stamps(cfg, params, g)
-            numpyro.sample(
-                "obs", dist.Normal(image, sigma).to_event(2), obs=obs
-            )
+            numpyro.sample("obs", dist.Normal(image, sigma).to_event(2), obs=obs)
 
     return model

@@ -101,7 +101,10 @@ def _posterior_tree(
     attrs: Mapping[str, Any],
 ) -> xr.DataTree:
     post = xr.Dataset(
-        {k: (_dims(k, np.asarray(v), ("chain", "draw")), np.asarray(v)) for k, v in posterior.items()}
+        {
+            k: (_dims(k, np.asarray(v), ("chain", "draw")), np.asarray(v))
+            for k, v in posterior.items()
+        }
     )
     n_chain, n_draw = next(iter(post.data_vars.values())).shape[:2]
     coords = {"chain": np.arange(n_chain), "draw": np.arange(n_draw)}

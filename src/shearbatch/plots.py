@@ -13,6 +13,8 @@ so nothing here touches pyplot's global state or the user's backend.
   a PIT histogram when the truths were not drawn from the prior).
 - :func:`trace_figure`: trace and g1-g2 pair plots of a few realizations,
   read from their ``posterior.nc``.
+- :func:`stamps_figure`: the simulated stamps of a few realizations (what the
+  generator makes, before any inference).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from scipy import stats as st
 
 from .stats import Fit
 
-__all__ = ["coverage_figure", "rank_figure", "residual_figure", "trace_figure"]
+__all__ = ["coverage_figure", "rank_figure", "residual_figure", "stamps_figure", "trace_figure"]
 
 logger = logging.getLogger(__name__)
 
@@ -190,4 +192,29 @@ def trace_figure(dirs: Sequence[Path], truths: Sequence[tuple[float, float]]) ->
         row[2].set_title("pair plot (all chains)", fontsize=9, loc="right")
         row[2].legend(fontsize=7)
         row[2].ticklabel_format(style="sci", scilimits=(-3, 3))
+    return fig
+
+
+def stamps_figure(images: np.ndarray, titles: Sequence[str], noise_sigma: float) -> Figure:
+    """Simulated stamps, one panel per (realization, galaxy): ``images`` is (B, M, H, W)."""
+    images = np.asarray(images)
+    b, m = images.shape[:2]
+    panels = [
+        (images[i, j], f"{titles[i]}" + (f" #{j}" if m > 1 else ""))
+        for i in range(b)
+        for j in range(m)
+    ]
+    ncol = min(4, len(panels))
+    nrow = -(-len(panels) // ncol)
+    fig = _figure(3.0 * ncol, 3.0 * nrow + 0.4)
+    axes = np.atleast_1d(fig.subplots(nrow, ncol)).ravel()
+    for ax, (img, title) in zip(axes, panels, strict=False):
+        im = ax.imshow(img, origin="lower", cmap="viridis", interpolation="nearest")
+        ax.set_title(title, fontsize=7)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
+    fig.suptitle(f"simulated stamps (pixel values; noise sigma {noise_sigma:g})", fontsize=9)
     return fig

@@ -67,6 +67,10 @@ def galaxy_params(cfg: Config) -> dict[str, Any]:
 
         lo_x, hi_x = pix(pos.x_min, nx) - nx / 2, pix(pos.x_max, nx) - nx / 2
         lo_y, hi_y = pix(pos.y_min, ny) - ny / 2, pix(pos.y_max, ny) - ny / 2
-        out["dx"] = Fixed(value=lo_x) if lo_x == hi_x else Uniform(type="Uniform", min=lo_x, max=hi_x)
-        out["dy"] = Fixed(value=lo_y) if lo_y == hi_y else Uniform(type="Uniform", min=lo_y, max=hi_y)
+        out["dx"] = (
+            Fixed(value=lo_x) if lo_x == hi_x else Uniform(type="Uniform", min=lo_x, max=hi_x)
+        )
+        out["dy"] = (
+            Fixed(value=lo_y) if lo_y == hi_y else Uniform(type="Uniform", min=lo_y, max=hi_y)
+        )
     return out

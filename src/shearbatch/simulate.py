@@ -116,7 +116,9 @@ def simulate_batch(cfg: Config, realizations: Sequence[Realization]) -> SimBatch
     return SimBatch(images, cfg.truth().image.noise.sigma, g, params)
 
 
-def truth_records(cfg: Config, realizations: Sequence[Realization], sim: SimBatch) -> list[dict[str, Any]]:
+def truth_records(
+    cfg: Config, realizations: Sequence[Realization], sim: SimBatch
+) -> list[dict[str, Any]]:
     """One JSON-ready truth dict per realization (for ``truth.json``)."""
     t = cfg.truth()
     params = {k: np.asarray(v) for k, v in sim.params.items()}

@@ -30,7 +30,16 @@ import optax
 from ..batch import InferenceModel, batched
 from ..config import MapConfig
 
-__all__ = ["Laplace", "MapResult", "OptResult", "default_tol", "fit", "laplace", "make_program", "optimize"]
+__all__ = [
+    "Laplace",
+    "MapResult",
+    "OptResult",
+    "default_tol",
+    "fit",
+    "laplace",
+    "make_program",
+    "optimize",
+]
 
 
 class OptResult(NamedTuple):
@@ -107,8 +116,14 @@ def _newton(x0, fun, *, num_steps: int, tol: float) -> tuple[OptResult, jax.Arra
         gn = jnp.linalg.norm(g)
         return x_new, f_new, gn, i + 1, small | ~ok, (h, small)
 
-    init = (x0, fun(x0), jnp.asarray(jnp.inf, x0.dtype), jnp.asarray(0), jnp.asarray(False),
-            (jnp.zeros((d, d), x0.dtype), jnp.asarray(False)))
+    init = (
+        x0,
+        fun(x0),
+        jnp.asarray(jnp.inf, x0.dtype),
+        jnp.asarray(0),
+        jnp.asarray(False),
+        (jnp.zeros((d, d), x0.dtype), jnp.asarray(False)),
+    )
     x, f, gn, n, _, (h, converged) = jax.lax.while_loop(cond, body, init)
     return OptResult(x, f, gn, n, converged & jnp.isfinite(f)), h
 

@@ -69,7 +69,9 @@ def _init(obs, model: InferenceModel, settings: NutsConfig):
     return jnp.where(ok, lap.opt.x, model.x0.astype(dtype)), scale, inv_mass, ok
 
 
-def fit(rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: NutsConfig) -> NutsResult:
+def fit(
+    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: NutsConfig
+) -> NutsResult:
     """``chains`` NUTS samplers on ONE realization (batch it with :func:`make_program`)."""
     k_init, k_chains = jax.random.split(rng_key)
     centre, scale, inv_mass, ok = _init(obs, model, settings)
@@ -97,8 +99,15 @@ def fit(rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: 
 
         def draw(s, _):
             s = sample_kernel(s)
-            return s, (s.z, s.diverging, s.num_steps, s.adapt_state.step_size, s.energy,
-                       s.accept_prob, s.potential_energy)
+            return s, (
+                s.z,
+                s.diverging,
+                s.num_steps,
+                s.adapt_state.step_size,
+                s.energy,
+                s.accept_prob,
+                s.potential_energy,
+            )
 
         state, warm_steps = jax.lax.scan(warm, state, None, length=settings.warmup)
         _, out = jax.lax.scan(draw, state, None, length=settings.samples)

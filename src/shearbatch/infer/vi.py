@@ -66,7 +66,9 @@ def _init_params(lap: map_.Laplace, guide: str) -> dict[str, jax.Array]:
     return {"mu": lap.opt.x, "tril": jnp.tril(c, k=-1), "log_diag": jnp.log(jnp.diag(c))}
 
 
-def fit(rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: ViConfig) -> ViResult:
+def fit(
+    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: ViConfig
+) -> ViResult:
     """VI for ONE realization (batch it with :func:`make_program`)."""
     k_fit, k_draw = jax.random.split(rng_key)
     lap = map_.laplace(obs, model=model, settings=MapConfig())
