@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shearbatch import stats
+from shearbatch import acceptance, stats
 
 M_TRUE, C_TRUE, SIGMA = 0.01, 3e-4, 1e-3
 GRID = np.array([-0.05, -0.02, 0.02, 0.05])
@@ -54,7 +54,7 @@ def test_estimators_recover_m_and_c_with_honest_errors(estimator):
     ms, cs, merr, cerr = [], [], [], []
     for _ in range(200):
         df = grid_table(rng, n_seeds=30, paired=paired)
-        res, _, _ = stats.analyze(df, estimator=estimator, n_boot=300)
+        res, _, _ = acceptance.analyze(df, estimator=estimator, n_boot=300)
         assert res["estimator"] == estimator
         ms.append(res["m1"])
         cs.append(res["c1"])
@@ -77,7 +77,7 @@ def test_estimators_recover_m_and_c_with_honest_errors(estimator):
 
 def test_jackknife_and_bootstrap_agree_on_a_large_table():
     df = grid_table(np.random.default_rng(2), n_seeds=400)
-    _, fits, _ = stats.analyze(df, estimator="regression", n_boot=2000)
+    _, fits, _ = acceptance.analyze(df, estimator="regression", n_boot=2000)
     for comp in ("g1", "g2"):
         e = fits[comp].errors
         jk = np.atleast_1d(e["jackknife"])
@@ -89,12 +89,12 @@ def test_jackknife_and_bootstrap_agree_on_a_large_table():
 
 def test_auto_picks_paired_when_pairs_exist_and_paired_without_pairs_is_bad_input():
     rng = np.random.default_rng(3)
-    res, _, _ = stats.analyze(grid_table(rng, n_seeds=5, paired=True), estimator="auto")
+    res, _, _ = acceptance.analyze(grid_table(rng, n_seeds=5, paired=True), estimator="auto")
     assert res["estimator"] == "paired"
-    res, _, _ = stats.analyze(grid_table(rng, n_seeds=5), estimator="auto")
+    res, _, _ = acceptance.analyze(grid_table(rng, n_seeds=5), estimator="auto")
     assert res["estimator"] == "regression"
     with pytest.raises(ValueError, match="no complete"):
-        stats.analyze(grid_table(rng, n_seeds=5), estimator="paired")
+        acceptance.analyze(grid_table(rng, n_seeds=5), estimator="paired")
 
 
 @pytest.mark.parametrize("scale, ok", [(1.0, True), (0.5, False)])
@@ -129,7 +129,7 @@ def test_exclusions_are_counted_with_reasons():
     df.loc[1, "status"] = "incomplete"
     df.loc[2, "status"] = "corrupt"
     df.loc[3, "passed_convergence"] = False
-    res, _, use = stats.analyze(df)
+    res, _, use = acceptance.analyze(df)
     assert res["excluded"] == {
         "status corrupt": 1, "status failed": 1, "status incomplete": 1,
         "did not pass convergence": 1,
@@ -144,13 +144,13 @@ def test_exclusions_are_counted_with_reasons():
 )
 def test_bad_input_raises_one_line(kw, msg):
     with pytest.raises(ValueError, match=msg):
-        stats.analyze(grid_table(np.random.default_rng(8), n_seeds=3), **kw)
+        acceptance.analyze(grid_table(np.random.default_rng(8), n_seeds=3), **kw)
 
 
 def test_missing_columns_and_no_usable_rows():
     df = grid_table(np.random.default_rng(9), n_seeds=3)
     with pytest.raises(ValueError, match="missing columns: g1_std"):
-        stats.analyze(df.drop(columns=["g1_std"]))
+        acceptance.analyze(df.drop(columns=["g1_std"]))
     df["status"] = "failed"
     with pytest.raises(ValueError, match="no usable rows"):
-        stats.analyze(df)
+        acceptance.analyze(df)

@@ -404,15 +404,17 @@ def bias_stats(**kw: Any) -> int:
 
     import pandas as pd
 
-    from . import stats
+    from . import acceptance
     from .outputs import to_strict_json
 
     _setup_logging(kw["verbose"])
     src = Path(kw["input_path"])
     if not src.is_file():
         raise _fail(f"--input: {src} not found")
-    if kw["level"] not in stats.LEVELS:
-        raise _fail(f"--level: unknown level {kw['level']!r}; use one of {', '.join(stats.LEVELS)}")
+    if kw["level"] not in acceptance.LEVELS:
+        raise _fail(
+            f"--level: unknown level {kw['level']!r}; use one of {', '.join(acceptance.LEVELS)}"
+        )
     if kw["estimator"] not in ("regression", "paired", "auto"):
         raise _fail(f"--estimator: unknown {kw['estimator']!r}; use regression, paired or auto")
     if kw["n_boot"] < 2:
@@ -420,7 +422,7 @@ def bias_stats(**kw: Any) -> int:
     if kw["posterior_dir"] is not None and not Path(kw["posterior_dir"]).is_dir():
         raise _fail(f"--posterior-dir: {kw['posterior_dir']} is not a directory")
     try:
-        acc = stats.load_acceptance(kw["acceptance_config"], kw["level"])
+        acc = acceptance.load_acceptance(kw["acceptance_config"], kw["level"])
     except OSError as err:
         raise _fail(f"--acceptance-config: {err.strerror}: {err.filename}") from None
     except ValueError as err:
@@ -431,7 +433,7 @@ def bias_stats(**kw: Any) -> int:
         raise _fail(f"--input: cannot read {src}: {err}") from None
     sbc_mode = {None: "auto", True: "on", False: "off"}[kw["sbc"]]
     try:
-        res, fits, use = stats.analyze(df, level=kw["level"], estimator=kw["estimator"],
+        res, fits, use = acceptance.analyze(df, level=kw["level"], estimator=kw["estimator"],
                                        acceptance=acc, sbc_mode=sbc_mode, n_boot=kw["n_boot"])  # fmt: skip
     except ValueError as err:
         raise _fail(f"--input: {err}") from None

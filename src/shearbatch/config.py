@@ -24,28 +24,46 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from .distributions import (
+    DIST_TYPES,
+    Dist,
+    Fixed,
+    LogNormal,
+    Normal,
+    TruncatedNormal,
+    Uniform,
+)
+from .distributions import StrictModel as _Strict
+from .distributions import as_param as _as_param
+from .distributions import bounded_unit as _bounded_unit
+from .distributions import positive_support as _positive_support
+from .settings import METHODS, Inference, MapConfig, MapInit, NutsConfig, ViConfig
+
 __all__ = [
     "DIST_TYPES",
+    "METHODS",
     "CampaignConfig",
     "Config",
     "ConfigError",
     "Fixed",
+    "Inference",
     "LogNormal",
+    "MapConfig",
+    "MapInit",
     "Normal",
+    "NutsConfig",
     "TruncatedNormal",
     "Uniform",
+    "ViConfig",
     "config_hash",
     "load_config",
     "parse_config",
@@ -56,132 +74,7 @@ class ConfigError(ValueError):
     """Invalid configuration; ``str(err)`` is one line naming the key path."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-# --------------------------------------------------------------------------- distributions
-
-
-class Fixed(_Strict):
-    """A fixed value (what a bare number in the YAML becomes)."""
-
-    type: Literal["Fixed"] = "Fixed"
-    value: float
-
-    @field_validator("value")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError("must be finite")
-        return v
-
-
-class Normal(_Strict):
-    type: Literal["Normal"]
-    mean: float = 0.0
-    sigma: float
-
-    @field_validator("sigma")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be > 0")
-        return v
-
-
-class LogNormal(_Strict):
-    """Log-normal with median ``mean`` and log-space width ``sigma``."""
-
-    type: Literal["LogNormal"]
-    mean: float
-    sigma: float
-
-    @field_validator("mean", "sigma")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be > 0")
-        return v
-
-
-class Uniform(_Strict):
-    type: Literal["Uniform"]
-    min: float
-    max: float
-
-    @model_validator(mode="after")
-    def _order(self) -> Uniform:
-        if not self.min < self.max:
-            raise ValueError("min must be < max")
-        return self
-
-
-class TruncatedNormal(_Strict):
-    type: Literal["TruncatedNormal"]
-    mean: float = 0.0
-    sigma: float
-    min: float | None = None
-    max: float | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> TruncatedNormal:
-        if not self.sigma > 0:
-            raise ValueError("sigma must be > 0")
-        if self.min is not None and self.max is not None and not self.min < self.max:
-            raise ValueError("min must be < max")
-        return self
-
-
-DIST_TYPES = ("Normal", "LogNormal", "Uniform", "TruncatedNormal")
-Dist = Annotated[
-    Fixed | Normal | LogNormal | Uniform | TruncatedNormal, Field(discriminator="type")
-]
-
-
-def _as_param(v: Any) -> Any:
-    """A number (or numeric string such as YAML's ``1e-6``) -> Fixed; mappings pass."""
-    if isinstance(v, bool):
-        raise ValueError("must be a number or a distribution mapping")
-    if isinstance(v, int | float):
-        return {"type": "Fixed", "value": float(v)}
-    if isinstance(v, str):
-        try:
-            return {"type": "Fixed", "value": float(v)}
-        except ValueError:
-            raise ValueError(f"must be a number or a distribution mapping, got {v!r}") from None
-    if isinstance(v, dict):
-        if "type" not in v:
-            raise ValueError(f"a distribution needs 'type' (one of {', '.join(DIST_TYPES)})")
-        if v["type"] not in (*DIST_TYPES, "Fixed"):
-            raise ValueError(
-                f"unknown distribution {v['type']!r}; use one of {', '.join(DIST_TYPES)}"
-            )
-        return v
-    if isinstance(v, BaseModel):
-        return v
-    raise ValueError("must be a number or a distribution mapping")
-
-
-def _positive_support(p: Any) -> bool:
-    if isinstance(p, Fixed):
-        return p.value > 0
-    if isinstance(p, LogNormal):
-        return True
-    if isinstance(p, Uniform):
-        return p.min > 0
-    if isinstance(p, TruncatedNormal):
-        return p.min is not None and p.min > 0
-    return False
-
-
-def _bounded_unit(p: Any) -> bool:
-    """True when a fixed value lies inside (-1, 1)."""
-    return not isinstance(p, Fixed) or abs(p.value) < 1
-
-
 ParamT = Dist
-
 
 # --------------------------------------------------------------------------- sections
 
@@ -325,101 +218,6 @@ class Galaxy(_Strict):
             raise ValueError(
                 "prior must have positive support (LogNormal, or Uniform/TruncatedNormal with min > 0)"
             )
-        return v
-
-
-class MapConfig(_Strict):
-    optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
-    num_steps: int = 200
-    learning_rate: float = 0.1
-    tol: float | None = None  # None: dtype-aware default (see shearbatch.infer.map)
-    laplace: bool = True
-    num_samples: int = 1000
-
-    @field_validator("num_steps", "num_samples")
-    @classmethod
-    def _pos_int(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("learning_rate", "tol")
-    @classmethod
-    def _pos(cls, v: float | None) -> float | None:
-        if v is not None and not v > 0:
-            raise ValueError("must be > 0")
-        return v
-
-
-class MapInit(_Strict):
-    enabled: bool = True
-    num_steps: int = 500
-    learning_rate: float = 0.01
-
-
-class NutsConfig(_Strict):
-    warmup: int = 500
-    samples: int = 1000
-    chains: int = 4
-    dense_mass: bool = False
-    target_accept: float = 0.8
-    max_tree_depth: int = 10
-    max_tree_depth_sampling: int | None = None  # cap the sampling phase separately
-    map_init: MapInit = MapInit()
-
-    @field_validator("warmup", "samples", "chains", "max_tree_depth")
-    @classmethod
-    def _pos_int(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("target_accept")
-    @classmethod
-    def _prob(cls, v: float) -> float:
-        if not 0 < v < 1:
-            raise ValueError("must be in (0, 1)")
-        return v
-
-
-class ViConfig(_Strict):
-    guide: Literal["normal", "mvn"] = "normal"
-    num_steps: int = 5000
-    learning_rate: float = 0.001
-    num_samples: int = 1000
-    num_particles: int = 1
-
-    @field_validator("num_steps", "num_samples", "num_particles")
-    @classmethod
-    def _pos_int(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("learning_rate")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be > 0")
-        return v
-
-
-METHODS = ("nuts", "map", "vi")
-
-
-class Inference(_Strict):
-    method: str = "map"
-    map_config: MapConfig = MapConfig()
-    nuts_config: NutsConfig = NutsConfig()
-    vi_config: ViConfig = ViConfig()
-    rng_seed: int = 0
-
-    @field_validator("method")
-    @classmethod
-    def _method(cls, v: str) -> str:
-        v = v.lower()
-        if v not in METHODS:
-            raise ValueError(f"unknown method {v!r}; use one of {', '.join(METHODS)}")
         return v
 
 

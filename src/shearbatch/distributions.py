@@ -1,0 +1,151 @@
+"""Distributions of the config schema: a number is fixed, a mapping with ``type`` is a prior.
+
+``type: Normal | LogNormal | Uniform | TruncatedNormal`` (LogNormal's ``mean``
+is the median, ``sigma`` the log-space width). A bare number (or a numeric
+string such as PyYAML's ``1e-6``) becomes :class:`Fixed`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "DIST_TYPES",
+    "Dist",
+    "Fixed",
+    "LogNormal",
+    "Normal",
+    "StrictModel",
+    "TruncatedNormal",
+    "Uniform",
+    "as_param",
+    "bounded_unit",
+    "positive_support",
+]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+# --------------------------------------------------------------------------- distributions
+
+
+class Fixed(StrictModel):
+    """A fixed value (what a bare number in the YAML becomes)."""
+
+    type: Literal["Fixed"] = "Fixed"
+    value: float
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be finite")
+        return v
+
+
+class Normal(StrictModel):
+    type: Literal["Normal"]
+    mean: float = 0.0
+    sigma: float
+
+    @field_validator("sigma")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class LogNormal(StrictModel):
+    """Log-normal with median ``mean`` and log-space width ``sigma``."""
+
+    type: Literal["LogNormal"]
+    mean: float
+    sigma: float
+
+    @field_validator("mean", "sigma")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class Uniform(StrictModel):
+    type: Literal["Uniform"]
+    min: float
+    max: float
+
+    @model_validator(mode="after")
+    def _order(self) -> Uniform:
+        if not self.min < self.max:
+            raise ValueError("min must be < max")
+        return self
+
+
+class TruncatedNormal(StrictModel):
+    type: Literal["TruncatedNormal"]
+    mean: float = 0.0
+    sigma: float
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TruncatedNormal:
+        if not self.sigma > 0:
+            raise ValueError("sigma must be > 0")
+        if self.min is not None and self.max is not None and not self.min < self.max:
+            raise ValueError("min must be < max")
+        return self
+
+
+DIST_TYPES = ("Normal", "LogNormal", "Uniform", "TruncatedNormal")
+Dist = Annotated[
+    Fixed | Normal | LogNormal | Uniform | TruncatedNormal, Field(discriminator="type")
+]
+
+
+def as_param(v: Any) -> Any:
+    """A number (or numeric string such as YAML's ``1e-6``) -> Fixed; mappings pass."""
+    if isinstance(v, bool):
+        raise ValueError("must be a number or a distribution mapping")
+    if isinstance(v, int | float):
+        return {"type": "Fixed", "value": float(v)}
+    if isinstance(v, str):
+        try:
+            return {"type": "Fixed", "value": float(v)}
+        except ValueError:
+            raise ValueError(f"must be a number or a distribution mapping, got {v!r}") from None
+    if isinstance(v, dict):
+        if "type" not in v:
+            raise ValueError(f"a distribution needs 'type' (one of {', '.join(DIST_TYPES)})")
+        if v["type"] not in (*DIST_TYPES, "Fixed"):
+            raise ValueError(
+                f"unknown distribution {v['type']!r}; use one of {', '.join(DIST_TYPES)}"
+            )
+        return v
+    if isinstance(v, BaseModel):
+        return v
+    raise ValueError("must be a number or a distribution mapping")
+
+
+def positive_support(p: Any) -> bool:
+    if isinstance(p, Fixed):
+        return p.value > 0
+    if isinstance(p, LogNormal):
+        return True
+    if isinstance(p, Uniform):
+        return p.min > 0
+    if isinstance(p, TruncatedNormal):
+        return p.min is not None and p.min > 0
+    return False
+
+
+def bounded_unit(p: Any) -> bool:
+    """True when a fixed value lies inside (-1, 1)."""
+    return not isinstance(p, Fixed) or abs(p.value) < 1

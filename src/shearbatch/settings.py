@@ -1,0 +1,106 @@
+"""Inference settings of the config schema (``inference:`` section): MAP, NUTS, VI."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import field_validator
+
+from .distributions import StrictModel as _Strict
+
+__all__ = ["METHODS", "Inference", "MapConfig", "MapInit", "NutsConfig", "ViConfig"]
+
+
+class MapConfig(_Strict):
+    optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
+    num_steps: int = 200
+    learning_rate: float = 0.1
+    tol: float | None = None  # None: dtype-aware default (see shearbatch.infer.map)
+    laplace: bool = True
+    num_samples: int = 1000
+
+    @field_validator("num_steps", "num_samples")
+    @classmethod
+    def _pos_int(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("learning_rate", "tol")
+    @classmethod
+    def _pos(cls, v: float | None) -> float | None:
+        if v is not None and not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class MapInit(_Strict):
+    enabled: bool = True
+    num_steps: int = 500
+    learning_rate: float = 0.01
+
+
+class NutsConfig(_Strict):
+    warmup: int = 500
+    samples: int = 1000
+    chains: int = 4
+    dense_mass: bool = False
+    target_accept: float = 0.8
+    max_tree_depth: int = 10
+    max_tree_depth_sampling: int | None = None  # cap the sampling phase separately
+    map_init: MapInit = MapInit()
+
+    @field_validator("warmup", "samples", "chains", "max_tree_depth")
+    @classmethod
+    def _pos_int(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("target_accept")
+    @classmethod
+    def _prob(cls, v: float) -> float:
+        if not 0 < v < 1:
+            raise ValueError("must be in (0, 1)")
+        return v
+
+
+class ViConfig(_Strict):
+    guide: Literal["normal", "mvn"] = "normal"
+    num_steps: int = 5000
+    learning_rate: float = 0.001
+    num_samples: int = 1000
+    num_particles: int = 1
+
+    @field_validator("num_steps", "num_samples", "num_particles")
+    @classmethod
+    def _pos_int(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+METHODS = ("nuts", "map", "vi")
+
+
+class Inference(_Strict):
+    method: str = "map"
+    map_config: MapConfig = MapConfig()
+    nuts_config: NutsConfig = NutsConfig()
+    vi_config: ViConfig = ViConfig()
+    rng_seed: int = 0
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str) -> str:
+        v = v.lower()
+        if v not in METHODS:
+            raise ValueError(f"unknown method {v!r}; use one of {', '.join(METHODS)}")
+        return v
