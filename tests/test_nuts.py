@@ -234,7 +234,10 @@ def test_broken_and_hard_neighbours_do_not_affect_the_others(
         )
 
 
-def test_nuts_program_compiles_once_per_campaign(module_tmp, cfg_path, monkeypatch):
+def test_nuts_program_compiles_once_per_campaign_with_two_galaxies(
+    module_tmp, cfg_path, monkeypatch
+):
+    """Also: NUTS works with n_objects > 1 (per-galaxy latents on a named galaxy axis)."""
     traces = []
     real_fit = nuts.fit
 
@@ -245,7 +248,14 @@ def test_nuts_program_compiles_once_per_campaign(module_tmp, cfg_path, monkeypat
     monkeypatch.setattr(nuts, "fit", counting)
     cfg = load_config(cfg_path)
     nc = cfg.inference.nuts_config.model_copy(update={"warmup": 20, "samples": 20})
-    cfg = cfg.model_copy(update={"inference": cfg.inference.model_copy(update={"nuts_config": nc})})
+    cfg = cfg.model_copy(
+        update={
+            "inference": cfg.inference.model_copy(update={"nuts_config": nc}),
+            "image": cfg.image.model_copy(update={"n_objects": 2}),
+        }
+    )
     plan = plan_campaign([0.01, 0.02, 0.03], n_realizations=2, base_seed=0)  # 6 = 4 + 2 padded
     report = engine.run_campaign(cfg, plan, output_dir=module_tmp / "once", batch_size=4)
     assert len(report.batch_times) == 2 and len(traces) == 1
+    post = read_posterior(module_tmp / "once" / plan[0].run_id / "posterior.nc")
+    assert post["g1"].shape == (4, 20) and post["dx"].shape == (4, 20, 2)

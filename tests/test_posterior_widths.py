@@ -85,3 +85,23 @@ def test_vi_agrees_with_laplace(noisy_cfg):
         assert np.all(np.abs(mean - truth[:, k]) < 4 * sd)
     # realizations do not share values
     assert len(set(np.round(np.asarray(vi.samples["g1"]).mean(axis=1), 12))) == 4
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "settings", "tol_in_sigma"),
+    [
+        ("lbfgs", {"num_steps": 200}, 1e-3),
+        ("adam", {"num_steps": 1500, "learning_rate": 0.003}, 0.05),
+    ],
+)
+def test_alternative_optimizers_find_the_same_mode(noisy_cfg, optimizer, settings, tol_in_sigma):
+    plan = plan_campaign([0.03, -0.02], g2=0.01, n_realizations=2, base_seed=7)
+    (newton,), _ = _infer(noisy_cfg, plan, batch=4)
+    mc = noisy_cfg.inference.map_config.model_copy(update={"optimizer": optimizer, **settings})
+    other_cfg = noisy_cfg.model_copy(
+        update={"inference": noisy_cfg.inference.model_copy(update={"map_config": mc})}
+    )
+    (other,), _ = _infer(other_cfg, plan, batch=4)
+    diff = np.abs(np.asarray(other.opt.x) - np.asarray(newton.opt.x)) / np.asarray(newton.std)
+    assert np.all(diff < tol_in_sigma), diff
+    np.testing.assert_allclose(np.asarray(other.std), np.asarray(newton.std), rtol=1e-2)

@@ -30,6 +30,7 @@ __all__ = [
     "array_task_from_env",
     "make_batches",
     "plan_campaign",
+    "plan_from_prior",
     "plan_single",
     "realization_status",
     "run_id_for",
@@ -47,6 +48,7 @@ class Realization(NamedTuple):
     seed: int
     pair_id: str = ""
     pair_sign: int = 0
+    from_prior: bool = False  # true shear drawn from the inference prior (SBC)
 
 
 def run_id_for(g1: float, g2: float, seed: int) -> str:
@@ -90,6 +92,19 @@ def plan_campaign(
                 seen.add(rid)
                 pair = f"p{abs(g):.4f}_s{seed}" if paired else ""
                 plan.append(Realization(rid, g1, g2, seed, pair, int(sign) if paired else 0))
+    return plan
+
+
+def plan_from_prior(draw_fn, *, n_realizations: int, base_seed: int = 0) -> list[Realization]:
+    """Simulation-based calibration: realization ``i`` (seed ``base_seed + i``) has its
+    true shear drawn from the inference prior by ``draw_fn(seed) -> (g1, g2)``."""
+    if n_realizations < 1:
+        raise ValueError("n_realizations must be >= 1")
+    plan = []
+    for i in range(n_realizations):
+        seed = base_seed + i
+        g1, g2 = draw_fn(seed)
+        plan.append(Realization(run_id_for(g1, g2, seed), g1, g2, seed, from_prior=True))
     return plan
 
 

@@ -157,6 +157,12 @@ class _RunCommand(_Command):
 @click.option("--n-realizations", type=int, default=None, help="Realizations per grid point.")
 @click.option("--base-seed", type=int, default=None, help="Seed of realization 0.")
 @click.option("--paired/--no-paired", default=None, help="+g/-g pairs sharing seed and noise.")
+@click.option(
+    "--shear-from-prior",
+    is_flag=True,
+    default=None,
+    help="SBC: draw each realization's true shear from the inference prior (no grid).",
+)
 @click.option("--batch-size", type=int, default=None, help="Realizations per compiled batch.")
 @click.option("--output-dir", default=None, help="Campaign output root.")
 @click.option("--method", default=None, help="nuts | map | vi (overrides inference.method).")
@@ -277,6 +283,16 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
             raise _fail(f"--g1-true/--g2-true: {err}") from None
         if plan[0].run_id in ("", ".", "..") or "/" in plan[0].run_id:
             raise _fail(f"--run-id: not a valid directory name: {plan[0].run_id!r}")
+    elif kw["shear_from_prior"] or (camp.shear_from_prior and not grid):
+        from .priors import draw_shear_from_prior
+
+        if grid:
+            raise _fail("--shear-from-prior and --shear-grid are exclusive")
+        plan = cp.plan_from_prior(
+            lambda seed: draw_shear_from_prior(cfg, seed),
+            n_realizations=kw["n_realizations"] or camp.n_realizations,
+            base_seed=kw["base_seed"] if kw["base_seed"] is not None else camp.base_seed,
+        )
     else:
         if kw["run_id"] is not None or kw["seed"] is not None:
             raise _fail("--run-id/--seed are for a single realization (with --g1-true)")

@@ -231,6 +231,7 @@ class CampaignConfig(_Strict):
     batch_size: int = 16
     output_dir: str = "results"
     paired: bool = False
+    shear_from_prior: bool = False  # SBC: true shears drawn from gal.shear (no grid)
 
     @field_validator("shear_grid")
     @classmethod

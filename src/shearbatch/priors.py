@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import numpyro.distributions as dist
 
 from .config import Config, Fixed, LogNormal, Normal, TruncatedNormal, Uniform
 
-__all__ = ["GALAXY_FIELDS", "galaxy_params", "to_distribution"]
+__all__ = ["GALAXY_FIELDS", "draw_shear_from_prior", "galaxy_params", "to_distribution"]
 
 GALAXY_FIELDS = ("flux", "hlr", "e1", "e2", "dx", "dy")
 
@@ -74,3 +75,39 @@ def galaxy_params(cfg: Config) -> dict[str, Any]:
             Fixed(value=lo_y) if lo_y == hi_y else Uniform(type="Uniform", min=lo_y, max=hi_y)
         )
     return out
+
+
+def _draw_numpy(p: Any, rng) -> float:
+    """One draw of a config distribution with NumPy (dtype- and platform-independent)."""
+    import math
+
+    from scipy import stats as st
+
+    if isinstance(p, Fixed):
+        return p.value
+    if isinstance(p, Normal):
+        return float(rng.normal(p.mean, p.sigma))
+    if isinstance(p, LogNormal):
+        return float(math.exp(rng.normal(math.log(p.mean), p.sigma)))
+    if isinstance(p, Uniform):
+        return float(rng.uniform(p.min, p.max))
+    if isinstance(p, TruncatedNormal):
+        lo = -np.inf if p.min is None else (p.min - p.mean) / p.sigma
+        hi = np.inf if p.max is None else (p.max - p.mean) / p.sigma
+        return float(st.truncnorm.rvs(lo, hi, loc=p.mean, scale=p.sigma, random_state=rng))
+    raise TypeError(f"not a distribution: {p!r}")
+
+
+def draw_shear_from_prior(cfg: Config, seed: int) -> tuple[float, float]:
+    """True shear of realization ``seed`` drawn from the inference prior ``gal.shear``,
+    restricted to |g| < 1 (rejection), for simulation-based calibration.
+
+    NumPy's generator seeded with ``(seed, 0x5BC)``: the same plan in every process,
+    array task and precision.
+    """
+    rng = np.random.default_rng([seed, 0x5BC])
+    while True:
+        g1 = _draw_numpy(cfg.gal.shear.g1, rng)
+        g2 = _draw_numpy(cfg.gal.shear.g2, rng)
+        if g1 * g1 + g2 * g2 < 1.0:
+            return g1, g2

@@ -139,6 +139,7 @@ def truth_records(
         }
         if r.pair_id:
             rec["pair_id"], rec["pair_sign"] = r.pair_id, r.pair_sign
+        rec["truth_from_prior"] = r.from_prior
         if cfg.simulation is not None:
             rec["simulation_overrides"] = cfg.simulation.model_dump(exclude_none=True)
         out.append(rec)

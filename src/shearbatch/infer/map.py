@@ -60,10 +60,13 @@ class MapResult(NamedTuple):
 
 def default_tol(dtype, optimizer: str = "newton") -> float:
     """Newton: half-decrement tolerance (log-density units) 1e-10 in float64, 1e-4 in
-    float32. L-BFGS/Adam: relative-decrease tolerance 1e-12 / 1e-6."""
+    float32. L-BFGS: relative-decrease tolerance 1e-12 / 1e-6. Adam (noisy steps):
+    relative change of the last step 1e-9 / 1e-6."""
     x64 = jnp.dtype(dtype) == jnp.float64
     if optimizer == "newton":
         return 1e-10 if x64 else 1e-4
+    if optimizer == "adam":
+        return 1e-9 if x64 else 1e-6
     return 1e-12 if x64 else 1e-6
 
 
@@ -157,11 +160,11 @@ def optimize(
     f0 = fun(x0)
 
     def cond(c):
-        _, _, f, i, done = c
+        _, _, f, i, done, _ = c
         return (i < num_steps) & ~done & jnp.isfinite(f)
 
     def body(c):
-        x, state, f, i, _ = c
+        x, state, f, i, _, _ = c
         value, grad = value_and_grad(x, state=state)
         if optimizer == "lbfgs":
             updates, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=fun)
@@ -170,12 +173,16 @@ def optimize(
         x_new = optax.apply_updates(x, updates)
         f_new = fun(x_new) if optimizer != "lbfgs" else optax.tree_utils.tree_get(state, "value")
         small = jnp.abs(f - f_new) <= tol * jnp.maximum(1.0, jnp.abs(f_new))
+        if optimizer != "lbfgs":  # Adam is not monotone: it runs its whole step budget
+            return x_new, state, f_new, i + 1, jnp.asarray(False), small
         stalled = f_new > f  # at the float resolution of U: no further progress possible
-        return x_new, state, f_new, i + 1, small | stalled
+        return x_new, state, f_new, i + 1, small | stalled, small
 
-    init = (x0, opt.init(x0), f0, jnp.asarray(0), jnp.asarray(False))
-    x, _, f, n, done = jax.lax.while_loop(cond, body, init)
+    init = (x0, opt.init(x0), f0, jnp.asarray(0), jnp.asarray(False), jnp.asarray(False))
+    x, _, f, n, done, small = jax.lax.while_loop(cond, body, init)
     grad = jax.grad(fun)(x)
+    if optimizer != "lbfgs":  # converged: the last step changed U by less than the tolerance
+        return OptResult(x, f, jnp.linalg.norm(grad), n, small & jnp.isfinite(f))
     return OptResult(x, f, jnp.linalg.norm(grad), n, done & jnp.isfinite(f) & (n < num_steps))
 
 
