@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= results/demo
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-slow lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,11 @@ demo: $(VENV)/.installed
 	    --posterior-dir $(OUT)/runs
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -n 2 --dist loadfile -q
+	$(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15
+
+# the long statistical tier (not run by `make test` / CI)
+test-slow: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -n 2 --dist loadfile -q -m slow --durations=15
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests bench

@@ -189,6 +189,7 @@ def test_batch_of_one_is_statistically_equivalent(module_tmp, cfg_path, batch4):
         assert abs(one[site].mean() - four[site].mean()) < 4 * mcse
 
 
+@pytest.mark.slow
 def test_broken_and_hard_neighbours_do_not_affect_the_others(
     module_tmp, cfg_path, batch4, monkeypatch
 ):

@@ -87,6 +87,7 @@ def test_vi_agrees_with_laplace(noisy_cfg):
     assert len(set(np.round(np.asarray(vi.samples["g1"]).mean(axis=1), 12))) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("optimizer", "settings", "tol_in_sigma"),
     [

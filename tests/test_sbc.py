@@ -72,6 +72,7 @@ def test_prior_drawn_truths_are_recorded_and_sbc_runs(module_tmp, calibrated):
         assert calibrated["sbc"][comp]["p_value"] > 1e-3, calibrated["sbc"]
 
 
+@pytest.mark.slow
 def test_misspecified_model_fails_sbc(module_tmp):
     res = _sbc(module_tmp, "bad", {"psf.sigma": 0.4011, "simulation": {"psf": {"sigma": 0.382}}})
     assert res["sbc"]["g1"]["p_value"] < 1e-3, res["sbc"]
