@@ -78,6 +78,7 @@ def build_inference_model(cfg: Config) -> InferenceModel:
     }
     x0, unravel = ravel_pytree(z0)
 
+    @jax.jit  # traced once per signature; grad/hessian/vmap reuse its jaxpr (fast tracing)
     def potential_fn(x: jax.Array, obs: jax.Array) -> jax.Array:
         pe = potential_energy(model, (obs,), {}, unravel(x))
         return jnp.where(jnp.isnan(pe), jnp.inf, pe)
