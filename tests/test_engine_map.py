@@ -22,6 +22,9 @@ from shearbatch.config import load_config
 from shearbatch.outputs import read_json, read_posterior
 
 GRID = ["-0.05", "-0.02", "0", "0.02", "0.05"]
+# campaign A: the grid at g2 = -0.01, seeds 3 and 4, batches of 8 (the last one padded)
+A_ARGS = ["--shear-grid", *GRID, "--g2-true", "-0.01", "--n-realizations", "2",
+          "--base-seed", "3", "--batch-size", "8"]  # fmt: skip
 
 
 def bias_run_ok(args, expect=0):
@@ -51,16 +54,7 @@ def campaign_a(module_tmp, quiet_cfg):
         [
             "--config",
             quiet_cfg,
-            "--shear-grid",
-            *GRID,
-            "--g2-true",
-            "-0.01",
-            "--n-realizations",
-            "2",
-            "--base-seed",
-            "3",
-            "--batch-size",
-            "8",
+            *A_ARGS,
             "--output-dir",
             str(out),
         ]
@@ -102,16 +96,7 @@ def test_level0_noise_1e6_is_within_laplace_errors(module_tmp):
         [
             "--config",
             "configs/level0.yaml",
-            "--shear-grid",
-            *GRID,
-            "--g2-true",
-            "-0.01",
-            "--n-realizations",
-            "2",
-            "--base-seed",
-            "3",
-            "--batch-size",
-            "8",
+            *A_ARGS,
             "--output-dir",
             str(out),
         ]
@@ -279,16 +264,7 @@ def test_failed_realization_is_data(module_tmp, quiet_cfg, campaign_a, monkeypat
         [
             "--config",
             quiet_cfg,
-            "--shear-grid",
-            *GRID,
-            "--g2-true",
-            "-0.01",
-            "--n-realizations",
-            "2",
-            "--base-seed",
-            "3",
-            "--batch-size",
-            "8",
+            *A_ARGS,
             "--x64",
             "--no-progress",
             "--output-dir",

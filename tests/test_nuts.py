@@ -19,6 +19,8 @@ from shearbatch.outputs import read_json, read_posterior
 from shearbatch.simulate import render_stamps
 
 GRID = ["0.03", "-0.02"]
+B4_ARGS = ["--shear-grid", *GRID, "--g2-true", "0.01", "--n-realizations", "2",
+           "--base-seed", "7", "--batch-size", "4"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +59,7 @@ def batch4(module_tmp, cfg_path):
     run(
         cfg_path,
         out,
-        "--shear-grid",
-        *GRID,
-        "--g2-true",
-        "0.01",
-        "--n-realizations",
-        "2",
-        "--base-seed",
-        "7",
-        "--batch-size",
-        "4",
+        *B4_ARGS,
     )
     return out
 
@@ -79,16 +72,7 @@ def laplace(module_tmp, cfg_path):
         out,
         "--method",
         "map",
-        "--shear-grid",
-        *GRID,
-        "--g2-true",
-        "0.01",
-        "--n-realizations",
-        "2",
-        "--base-seed",
-        "7",
-        "--batch-size",
-        "4",
+        *B4_ARGS,
     )
     return out
 
