@@ -13,6 +13,9 @@ matrix; ``--no-map-init``: prior means for both):
 
 - **ours** -- ``shearbatch.engine.make_inference_program``: B x C independent
   NUTS samplers (own step size, mass matrix, tree) vmapped in lockstep.
+- **capped** -- the same program with the large-batch recipe of the README:
+  tree depth capped at ``--capped-depth`` (warmup 3, sampling 3 by default)
+  and the Laplace inverse mass matrix kept fixed (step size adapted only).
 - **joint** (kept in bench/ only) -- one NumPyro model over the whole batch, a
   ``numpyro.plate("realization", B)`` around the single-realization sites, run
   with NumPyro's functional NUTS (``numpyro.infer.hmc.hmc``, the kernel behind
@@ -117,6 +120,20 @@ def make_config(args: argparse.Namespace) -> Config:
         "map_init": {"enabled": args.map_init},
     }
     return parse_config(raw)
+
+
+def capped_config(cfg: Config, args: argparse.Namespace) -> Config:
+    """The large-batch recipe: tree depth capped (warmup, sampling), Laplace mass kept fixed."""
+    nc = cfg.inference.nuts_config.model_copy(
+        update={
+            "max_tree_depth": args.capped_depth[0],
+            "max_tree_depth_sampling": args.capped_depth[1],
+            "adapt_mass_matrix": False,
+        }
+    )
+    return cfg.model_copy(
+        update={"inference": cfg.inference.model_copy(update={"nuts_config": nc})}
+    )
 
 
 def make_batch(cfg: Config, b: int, hard: bool, hard_factor: float):
@@ -343,9 +360,9 @@ def _summary(g1, walls, compile_s, n_objects, hard, extra) -> dict:
     return rec
 
 
-def run_ours(cfg, model, keys, obs, repeats: int, hard: bool) -> dict:
+def run_ours(cfg, model, keys, obs, repeats: int, hard: bool, name: str = "ours") -> dict:
     compile_s, _, walls, res = _timed(
-        "ours", lambda: make_inference_program(cfg, model), keys, obs, repeats
+        name, lambda: make_inference_program(cfg, model), keys, obs, repeats
     )
     b, c = res.n_steps.shape[:2]
     n, w = res.n_steps, res.warmup_n_steps
@@ -421,7 +438,7 @@ def _row(case, b, name, r) -> str:
     e, s = r["ess_bulk_g1"], r["ess_per_s_per_realization"]
     comp = f"{e['min_companions']:7.0f}" if "min_companions" in e else "      -"
     return (
-        f"{case:11s} {b:5d} {name:5s} {r['compile_s']:7.1f} {r['wall_s']:8.2f} "
+        f"{case:11s} {b:5d} {name:6s} {r['compile_s']:7.1f} {r['wall_s']:8.2f} "
         f"{e['min']:7.0f} {e['median']:7.0f} {comp} {s['min']:8.1f} {s['median']:8.1f} "
         f"{r['step_size']['median']:7.3f} {r['leapfrog_per_iter']['sampling_mean']:6.1f} "
         f"{r['leapfrog_per_iter']['sampling_executed']:6.1f} {r['mean_tree_depth']:5.2f} "
@@ -431,7 +448,7 @@ def _row(case, b, name, r) -> str:
 
 
 HEADER = (
-    "case            B samp  comp_s   wall_s  ESSmin  ESSmed ESSmin* ESS/smin ESS/smed "
+    "case            B samp   comp_s   wall_s  ESSmin  ESSmed ESSmin* ESS/smin ESS/smed "
     "   step  lf/it  lf_ex depth   div eff_w eff_s\n"
     "(ESS: bulk ESS of g1 per realization; ESSmin*: min over the hard lane's companions; "
     "ESS/s: per realization;\n lf/it: mean leapfrog steps per iteration per chain; lf_ex: "
@@ -463,7 +480,20 @@ def main() -> None:
     ap.add_argument(
         "--cases", nargs="+", choices=["homogeneous", "hard"], default=["homogeneous", "hard"]
     )
-    ap.add_argument("--samplers", nargs="+", choices=["ours", "joint"], default=["ours", "joint"])
+    ap.add_argument(
+        "--samplers",
+        nargs="+",
+        choices=["ours", "capped", "joint"],
+        default=["ours", "capped", "joint"],
+    )
+    ap.add_argument(
+        "--capped-depth",
+        type=int,
+        nargs=2,
+        default=[3, 3],
+        metavar=("WARMUP", "SAMPLING"),
+        help="tree-depth caps of the 'capped' sampler (ours + Laplace mass kept fixed)",
+    )
     ap.add_argument("--stamp", type=int, default=24, help="stamp size in pixels (full: 48)")
     ap.add_argument("--warmup", type=int, default=100, help="full: 500")
     ap.add_argument("--samples", type=int, default=100, help="full: 1000")
@@ -481,6 +511,7 @@ def main() -> None:
     jax.config.update("jax_enable_x64", args.x64)
     t_start = time.perf_counter()
     cfg = make_config(args)
+    cfg_capped = capped_config(cfg, args)
     model = build_inference_model(cfg)
     dev = jax.devices()[0]
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
@@ -519,30 +550,36 @@ def main() -> None:
             _, keys, obs = make_batch(cfg, b, hard, args.hard_factor)
             row = {"case": case, "batch_size": b}
             for name in args.samplers:
-                fn = run_ours if name == "ours" else run_joint
                 load = os.getloadavg()[0]
-                row[name] = {**fn(cfg, model, keys, obs, args.repeats, hard), "load_1min": load}
+                if name == "joint":
+                    r = run_joint(cfg, model, keys, obs, args.repeats, hard)
+                else:
+                    c = cfg_capped if name == "capped" else cfg
+                    r = run_ours(c, model, keys, obs, args.repeats, hard, name=name)
+                row[name] = {**r, "load_1min": load}
                 print(_row(case, b, name, row[name]), flush=True)
-            if "ours" in row and "joint" in row:
-                o = row["ours"]["ess_per_s_per_realization"]
-                j = row["joint"]["ess_per_s_per_realization"]
-                row["ratio_min_ess_per_s_ours_over_joint"] = (
-                    o["min"] / j["min"] if j["min"] > 0 else None
-                )
-                row["ratio_median_ess_per_s_ours_over_joint"] = (
-                    o["median"] / j["median"] if j["median"] > 0 else None
-                )
+            for name in ("ours", "capped"):
+                if name in row and "joint" in row:
+                    o = row[name]["ess_per_s_per_realization"]
+                    j = row["joint"]["ess_per_s_per_realization"]
+                    row[f"ratio_min_ess_per_s_{name}_over_joint"] = (
+                        o["min"] / j["min"] if j["min"] > 0 else None
+                    )
+                    row[f"ratio_median_ess_per_s_{name}_over_joint"] = (
+                        o["median"] / j["median"] if j["median"] > 0 else None
+                    )
             res["runs"].append(row)
     res["load_average_end"] = list(os.getloadavg())
     res["total_runtime_s"] = time.perf_counter() - t_start
-    print("\nmin ESS/s per realization, ours / joint:")
-    for row in res["runs"]:
-        r = row.get("ratio_min_ess_per_s_ours_over_joint")
-        if r is not None:
-            print(
-                f"  {row['case']:11s} B={row['batch_size']:5d}: {r:8.2f}  "
-                f"(median: {row['ratio_median_ess_per_s_ours_over_joint']:.2f})"
-            )
+    for name in ("ours", "capped"):
+        print(f"\nmin ESS/s per realization, {name} / joint:")
+        for row in res["runs"]:
+            r = row.get(f"ratio_min_ess_per_s_{name}_over_joint")
+            if r is not None:
+                print(
+                    f"  {row['case']:11s} B={row['batch_size']:5d}: {r:8.2f}  "
+                    f"(median: {row[f'ratio_median_ess_per_s_{name}_over_joint']:.2f})"
+                )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
     print(

@@ -65,6 +65,12 @@ def test_level0_matches_the_issue():
         ("gal.shear.g2", 1.5, "gal.shear.g2: |g| must be < 1"),
         ("inference.method", "hmc", "inference.method: unknown method 'hmc'"),
         ("inference.map_config.num_steps", 0, "inference.map_config.num_steps: must be >= 1"),
+        (
+            "inference.nuts_config.max_tree_depth_sampling",
+            0,
+            "inference.nuts_config.max_tree_depth_sampling: must be >= 1",
+        ),
+        ("inference.nuts_config.adapt_mass_matrix", "maybe", "inference.nuts_config.adapt_mass"),
         ("campaign.shear_grid", [0.1, 1.0], "campaign.shear_grid: |g| must be < 1"),
         ("campaign.batch_size", 0, "campaign.batch_size: must be >= 1"),
         ("simulation.psf", {"sigma": -0.4}, "simulation.psf.sigma: must be > 0"),

@@ -154,7 +154,9 @@ def run_campaign(
                 "warmup": lockstep_efficiency(_lanes_by_iter(result.warmup_n_steps)),
                 "sampling": lockstep_efficiency(_lanes_by_iter(result.n_steps)),
             }
+            depth_p99 = int(np.percentile(result.tree_depth, 99))
             batch_rec["lockstep_efficiency"] = eff
+            batch_rec["sampling_tree_depth_p99"] = depth_p99
             logger.info(
                 "batch %d: lockstep efficiency (useful/executed leapfrog steps) "
                 "warmup %.2f, sampling %.2f",
@@ -162,6 +164,15 @@ def run_campaign(
                 eff["warmup"],
                 eff["sampling"],
             )
+            nc = cfg.inference.nuts_config
+            if eff["sampling"] < 0.5 and nc.max_tree_depth_sampling is None and ib == 0:
+                logger.info(
+                    "99%% of sampling trees had depth <= %d: inference.nuts_config."
+                    "max_tree_depth_sampling: %d would bound the lockstep cost "
+                    "(README: NUTS on large batches)",
+                    depth_p99,
+                    depth_p99,
+                )
         truths = truth_records(cfg, batch, sim)
         for b, r in enumerate(batch):
             lane = jax.tree.map(lambda a, b=b: a[b], result)

@@ -46,14 +46,21 @@ class NutsConfig(_Strict):
     chains: int = 4
     dense_mass: bool = False
     target_accept: float = 0.8
-    max_tree_depth: int = 10
-    max_tree_depth_sampling: int | None = None  # cap the sampling phase separately
+    max_tree_depth: int = 10  # warmup (and sampling unless capped separately)
+    # A cap on the sampling phase's tree depth. Lanes run in lockstep, so every
+    # vectorised iteration costs the deepest tree of the batch; a cap never biases
+    # NUTS (it stays a valid MCMC kernel), it can only lower ESS, which the
+    # convergence thresholds check. See README "NUTS on large batches".
+    max_tree_depth_sampling: int | None = None
+    # False: keep the initial inverse mass matrix (the Laplace covariance with
+    # map_init) and adapt the step size only.
+    adapt_mass_matrix: bool = True
     map_init: MapInit = MapInit()
 
-    @field_validator("warmup", "samples", "chains", "max_tree_depth")
+    @field_validator("warmup", "samples", "chains", "max_tree_depth", "max_tree_depth_sampling")
     @classmethod
-    def _pos_int(cls, v: int) -> int:
-        if v < 1:
+    def _pos_int(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
             raise ValueError("must be >= 1")
         return v
 

@@ -87,6 +87,7 @@ def fit(
             x_start,
             settings.warmup,
             inverse_mass_matrix=inv_mass,
+            adapt_mass_matrix=settings.adapt_mass_matrix,
             dense_mass=settings.dense_mass,
             target_accept_prob=settings.target_accept,
             max_tree_depth=depth,
