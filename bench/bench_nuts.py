@@ -77,7 +77,6 @@ import numpyro.distributions as dist  # noqa: E402
 import yaml  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 from numpyro.distributions import biject_to  # noqa: E402
-from numpyro.infer.hmc import hmc  # noqa: E402
 from numpyro.infer.util import potential_energy  # noqa: E402
 
 from shearbatch.batch import InferenceModel, build_inference_model, realization_keys  # noqa: E402
@@ -241,37 +240,11 @@ def make_joint_program(cfg: Config, model: InferenceModel, b: int):
             pe = potential_energy(jmodel, (obs,), {}, unravel_joint(x))
             return jnp.where(jnp.isnan(pe), jnp.inf, pe)
 
-        init_kernel, sample_kernel = hmc(potential_fn=pot, algo="NUTS")
-        depth = (
-            settings.max_tree_depth,
-            settings.max_tree_depth_sampling or settings.max_tree_depth,
-        )
-
-        def one_chain(key, x_start):
-            state = init_kernel(
-                x_start,
-                settings.warmup,
-                inverse_mass_matrix=inv_mass,
-                dense_mass=False,
-                target_accept_prob=settings.target_accept,
-                max_tree_depth=depth,
-                rng_key=key,
-            )
-
-            def warm(s, _):
-                s = sample_kernel(s)
-                return s, s.num_steps
-
-            def draw(s, _):
-                s = sample_kernel(s)
-                return s, (s.z, s.diverging, s.num_steps, s.adapt_state.step_size)
-
-            state, warm_steps = jax.lax.scan(warm, state, None, length=settings.warmup)
-            _, out = jax.lax.scan(draw, state, None, length=settings.samples)
-            return out, warm_steps
-
         chain_keys = jax.random.split(jax.random.fold_in(keys[0], 17), c)
-        (z, div, nst, step), warm_steps = jax.vmap(one_chain)(chain_keys, starts)
+        joint_settings = settings.model_copy(update={"dense_mass": False})
+        (z, div, nst, step, *_), warm_steps = nuts.run_chains(
+            pot, chain_keys, starts, inv_mass, joint_settings
+        )
         samples = jax.vmap(jax.vmap(constrain))(z)  # {site: (C, S, B, ...)}
         return {
             "g1": samples["g1"][..., 0],

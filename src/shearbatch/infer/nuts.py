@@ -36,7 +36,7 @@ from ..batch import InferenceModel, batched
 from ..config import MapConfig, NutsConfig
 from . import map as map_
 
-__all__ = ["NutsResult", "fit", "lockstep_efficiency", "make_program"]
+__all__ = ["NutsResult", "fit", "lockstep_efficiency", "make_program", "run_chains"]
 
 
 class NutsResult(NamedTuple):
@@ -69,16 +69,13 @@ def _init(obs, model: InferenceModel, settings: NutsConfig):
     return jnp.where(ok, lap.opt.x, model.x0.astype(dtype)), scale, inv_mass, ok
 
 
-def fit(
-    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: NutsConfig
-) -> NutsResult:
-    """``chains`` NUTS samplers on ONE realization (batch it with :func:`make_program`)."""
-    k_init, k_chains = jax.random.split(rng_key)
-    centre, scale, inv_mass, ok = _init(obs, model, settings)
-    d = centre.shape[0]
-    eps = jax.random.normal(k_init, (settings.chains, d), obs.dtype)
-    starts = centre[None, :] + eps @ scale.T
-    potential = functools.partial(lambda x, o: model.potential_fn(x, o), o=obs)
+def run_chains(potential, keys, starts, inv_mass, settings: NutsConfig):
+    """NUTS chains on one potential, vmapped over (keys, starts): warmup, then draws.
+
+    Returns ``(z, diverging, num_steps, step_size, energy, accept_prob,
+    potential_energy)``, each (chains, samples, ...), and the warmup's
+    num_steps (chains, warmup).
+    """
     init_kernel, sample_kernel = hmc(potential_fn=potential, algo="NUTS")
     depth = (settings.max_tree_depth, settings.max_tree_depth_sampling or settings.max_tree_depth)
 
@@ -114,8 +111,21 @@ def fit(
         _, out = jax.lax.scan(draw, state, None, length=settings.samples)
         return out, warm_steps
 
-    (z, div, nst, step, energy, acc, pot), warm_steps = jax.vmap(one_chain)(
-        jax.random.split(k_chains, settings.chains), starts
+    return jax.vmap(one_chain)(keys, starts)
+
+
+def fit(
+    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: NutsConfig
+) -> NutsResult:
+    """``chains`` NUTS samplers on ONE realization (batch it with :func:`make_program`)."""
+    k_init, k_chains = jax.random.split(rng_key)
+    centre, scale, inv_mass, ok = _init(obs, model, settings)
+    d = centre.shape[0]
+    eps = jax.random.normal(k_init, (settings.chains, d), obs.dtype)
+    starts = centre[None, :] + eps @ scale.T
+    potential = functools.partial(lambda x, o: model.potential_fn(x, o), o=obs)
+    (z, div, nst, step, energy, acc, pot), warm_steps = run_chains(
+        potential, jax.random.split(k_chains, settings.chains), starts, inv_mass, settings
     )
     samples = jax.vmap(jax.vmap(model.constrain_fn))(z)
     depth_used = jnp.ceil(jnp.log2(nst.astype(obs.dtype) + 1.0)).astype(jnp.int32)
