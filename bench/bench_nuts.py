@@ -5,14 +5,16 @@ Workload, "noisy Level 0": ``configs/level0.yaml`` with ``image.noise.sigma =
 i.e. ``gal.position`` 23.5..24.5 on a 48x48 stamp), ``inference.method: nuts``,
 4 chains, float64. Latents per realization: g1, g2, dx, dy.
 
-Two samplers, on the same batches, with the same settings (warmup, draws,
+Samplers, on the same batches, with the same settings (warmup, draws,
 chains, target acceptance, tree depth, diagonal mass matrix) and the same
 initialisation (each realization's MAP + Laplace: chain starts at one Laplace
-standard deviation from the mode, Laplace variances as the initial inverse mass
-matrix; ``--no-map-init``: prior means for both):
+standard deviation from the mode, the Laplace covariance as the initial inverse
+mass matrix -- ours whitens by it, the joint chain gets its variances;
+``--no-map-init``: prior means for both):
 
 - **ours** -- ``shearbatch.engine.make_inference_program``: B x C independent
-  NUTS samplers (own step size, mass matrix, tree) vmapped in lockstep.
+  NUTS samplers (own step size, mass matrix, tree) vmapped in lockstep, each
+  sampling its realization's Laplace-whitened coordinates.
 - **capped** -- the same program with the large-batch recipe of the README:
   tree depth capped at ``--capped-depth`` (warmup 3, sampling 3 by default)
   and the Laplace inverse mass matrix kept fixed (step size adapted only).
@@ -203,8 +205,8 @@ def make_joint_program(cfg: Config, model: InferenceModel, b: int):
 
     Latent layout: realization r's site ``k`` (shape ``s`` in the single model) is
     ``z[k][r]`` with shape ``(1,)`` for g1/g2 (plate dim -2) and ``(M,)`` for per-galaxy
-    sites. Starts and initial inverse mass matrix: exactly ours (``nuts._init``, same
-    keys), mapped into this layout.
+    sites. Starts: exactly ours (``nuts._init``, same keys) mapped into this layout;
+    initial inverse mass matrix: the Laplace variances (what a NumPyro user would pass).
     """
     settings: NutsConfig = cfg.inference.nuts_config
     jmodel = make_joint_model(cfg)
@@ -225,12 +227,11 @@ def make_joint_program(cfg: Config, model: InferenceModel, b: int):
     def fit(keys, obs):
         c = settings.chains
 
-        def lane_init(key, o):  # same as nuts.fit
+        def lane_init(key, o):  # ours' starts, in x; its Laplace variances as the mass
             k_init, _ = jax.random.split(key)
-            centre, scale, inv_mass, _ = nuts._init(o, model, settings)
-            eps = jax.random.normal(k_init, (c, centre.shape[0]), o.dtype)
-            inv_mass = jnp.ones_like(centre) if inv_mass is None else inv_mass
-            return centre[None, :] + eps @ scale.T, inv_mass
+            centre, scale, spread, _ = nuts._init(o, model, settings)
+            eps = spread * jax.random.normal(k_init, (c, centre.shape[0]), o.dtype)
+            return centre[None, :] + eps @ scale.T, jnp.sum(scale**2, axis=1)
 
         starts, inv_mass = jax.vmap(lane_init)(keys, obs)  # (B, C, D), (B, D)
         starts = jax.vmap(lanes_to_joint, in_axes=1)(starts)  # (C, B * D)

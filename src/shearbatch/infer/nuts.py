@@ -11,11 +11,17 @@ program is B x C independent samplers in lockstep. This is not one joint chain
 over the concatenated latents (whose step size would shrink with B and whose
 divergences and tree depth would be shared by every realization).
 
-Initialisation (``map_init.enabled``): each realization's own MAP x* and
-Laplace covariance H^-1. Chain k starts at x* + L^-T eps_k (one Laplace
-standard deviation, so R-hat can still see chains that disagree) with the
-Laplace variances (diagonal or dense) as the initial inverse mass matrix,
-which shortens warmup.
+Whitening (``map_init.enabled``): each realization's own MAP x* and Laplace
+covariance H^-1 = L L^T define x = x* + L z, and the chains sample z, in
+which a near-Gaussian posterior is close to N(0, I) whatever its physical
+scale (g has a width of ~1e-5 at Level 0). The mass matrix starts at the
+identity (= the Laplace covariance in x) and is adapted in z, where the
+Stan-style regularisation of the Welford estimate (which shrinks towards
+1e-3 x I, i.e. assumes unit-scale latents) is harmless; in x it swamped
+variances of ~1e-10 and forced step sizes of ~0.003. Chain k starts at
+z = eps_k (one Laplace standard deviation from the mode, so R-hat can still
+see chains that disagree). The affine map has a constant Jacobian, so the
+target is unchanged; draws are mapped back to x, then constrained.
 
 Lockstep cost: in one vectorised NUTS iteration every lane waits for the lane
 with the deepest tree. ``lockstep_efficiency`` = sum over lanes and iterations
@@ -53,20 +59,21 @@ class NutsResult(NamedTuple):
 
 
 def _init(obs, model: InferenceModel, settings: NutsConfig):
-    """Centre, init scale and initial inverse mass matrix of one realization's chains."""
+    """(centre, L, start spread, ok): the affine map x = centre + L z the chains run through.
+
+    With ``map_init`` the map is the realization's Laplace fit (L the Cholesky
+    factor of H^-1), so z is approximately N(0, I) whatever the posterior's scale.
+    """
     d = model.x0.shape[0]
     dtype = obs.dtype
     eye = jnp.eye(d, dtype=dtype)
+    x0 = model.x0.astype(dtype)
     if not settings.map_init.enabled:
-        x0 = model.x0.astype(dtype)
-        return x0, 0.1 * eye, None, jnp.asarray(True)
+        return x0, eye, 0.1, jnp.asarray(True)
     mi = settings.map_init
     lap = map_.laplace(obs, model=model, settings=MapConfig(num_steps=mi.num_steps))
     ok = lap.ok & jnp.all(jnp.isfinite(lap.scale))
-    scale = jnp.where(ok, lap.scale, 0.1 * eye)
-    cov = scale @ scale.T
-    inv_mass = cov if settings.dense_mass else jnp.diag(cov)
-    return jnp.where(ok, lap.opt.x, model.x0.astype(dtype)), scale, inv_mass, ok
+    return jnp.where(ok, lap.opt.x, x0), jnp.where(ok, lap.scale, 0.1 * eye), 1.0, ok
 
 
 def run_chains(potential, keys, starts, inv_mass, settings: NutsConfig):
@@ -119,15 +126,16 @@ def fit(
 ) -> NutsResult:
     """``chains`` NUTS samplers on ONE realization (batch it with :func:`make_program`)."""
     k_init, k_chains = jax.random.split(rng_key)
-    centre, scale, inv_mass, ok = _init(obs, model, settings)
-    d = centre.shape[0]
-    eps = jax.random.normal(k_init, (settings.chains, d), obs.dtype)
-    starts = centre[None, :] + eps @ scale.T
-    potential = functools.partial(lambda x, o: model.potential_fn(x, o), o=obs)
-    (z, div, nst, step, energy, acc, pot), warm_steps = run_chains(
-        potential, jax.random.split(k_chains, settings.chains), starts, inv_mass, settings
+    centre, scale, spread, ok = _init(obs, model, settings)
+    starts = spread * jax.random.normal(k_init, (settings.chains, centre.shape[0]), obs.dtype)
+
+    def potential(z):
+        return model.potential_fn(centre + scale @ z, obs)
+
+    (zw, div, nst, step, energy, acc, pot), warm_steps = run_chains(
+        potential, jax.random.split(k_chains, settings.chains), starts, None, settings
     )
-    samples = jax.vmap(jax.vmap(model.constrain_fn))(z)
+    samples = jax.vmap(jax.vmap(lambda w: model.constrain_fn(centre + scale @ w)))(zw)
     depth_used = jnp.ceil(jnp.log2(nst.astype(obs.dtype) + 1.0)).astype(jnp.int32)
     return NutsResult(samples, div, nst, depth_used, step, energy, acc, pot, warm_steps, ok)
 
