@@ -48,6 +48,24 @@ def write_config(path: Path, edits: dict | None = None, base: Path = LEVEL0) -> 
     return str(path)
 
 
+# The run ids of the seed's example (grid 0.01 0.02 0.05, 2 realizations, base seed 42).
+SEED_IDS = [f"g1_+{g:.4f}_g2_+0.0000_s{seed}" for g in (0.01, 0.02, 0.05) for seed in (42, 43)]
+
+
+def count_calls(monkeypatch, module, name: str) -> list:
+    """Replace ``module.name`` by a wrapper that appends 1 per call (per trace for a
+    function only called while tracing); returns that list."""
+    calls = []
+    real = getattr(module, name)
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory, request):
     return tmp_path_factory.mktemp(request.module.__name__.split(".")[-1])

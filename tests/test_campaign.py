@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import SEED_IDS
 from shearbatch.campaign import (
     array_slice,
     array_task_from_env,
@@ -25,6 +26,7 @@ def test_seed_example_plan():
         "g1_+0.0500_g2_+0.0000_s42",
         "g1_+0.0500_g2_+0.0000_s43",
     ]
+    assert [r.run_id for r in plan] == SEED_IDS
     batches = make_batches(plan, 4)
     assert [len(b) for b in batches] == [4, 2]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import SEED_IDS
 from shearbatch.cli import bias_run
 
 LEVEL0 = "configs/level0.yaml"
@@ -27,14 +28,6 @@ SEED_CMD = [
     "--output-dir",
     "results/level0",
     "--dry-run",
-]
-SEED_IDS = [
-    "g1_+0.0100_g2_+0.0000_s42",
-    "g1_+0.0100_g2_+0.0000_s43",
-    "g1_+0.0200_g2_+0.0000_s42",
-    "g1_+0.0200_g2_+0.0000_s43",
-    "g1_+0.0500_g2_+0.0000_s42",
-    "g1_+0.0500_g2_+0.0000_s43",
 ]
 
 

@@ -70,6 +70,16 @@ def test_level0_matches_the_issue():
             0,
             "inference.nuts_config.max_tree_depth_sampling: must be >= 1",
         ),
+        (
+            "inference.nuts_config.map_init.num_steps",
+            0,
+            "inference.nuts_config.map_init.num_steps: must be >= 1",
+        ),
+        (
+            "gal.shear.g1",
+            {"type": "Normal", "sigma": float("inf")},
+            "gal.shear.g1.sigma: must be > 0",
+        ),
         ("inference.nuts_config.adapt_mass_matrix", "maybe", "inference.nuts_config.adapt_mass"),
         ("campaign.shear_grid", [0.1, 1.0], "campaign.shear_grid: |g| must be < 1"),
         ("campaign.batch_size", 0, "campaign.batch_size: must be >= 1"),

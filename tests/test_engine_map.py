@@ -15,7 +15,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 import shearbatch.engine as engine
-from conftest import write_config
+from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.config import load_config
@@ -289,14 +289,7 @@ def test_campaign_compiles_once(module_tmp, quiet_cfg, monkeypatch):
     """Three batches (the last padded) share one traced inference program and one generator."""
     import shearbatch.infer.map as map_
 
-    traces = []
-    real_fit = map_.fit
-
-    def counting_fit(*a, **k):
-        traces.append(1)
-        return real_fit(*a, **k)
-
-    monkeypatch.setattr(map_, "fit", counting_fit)
+    traces = count_calls(monkeypatch, map_, "fit")
     cfg = load_config(quiet_cfg)
     plan = plan_campaign([0.01, 0.02, 0.03, 0.04, 0.05], n_realizations=1)
     report = engine.run_campaign(cfg, plan, output_dir=module_tmp / "once", batch_size=2)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import shearbatch.engine as engine
 import shearbatch.infer.nuts as nuts
-from conftest import write_config
+from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.config import load_config
@@ -58,26 +58,14 @@ def run(cfg_path, out, *args, expect=0):
 
 @pytest.fixture(scope="module")
 def batch4(module_tmp, cfg_path):
-    out = module_tmp / "b4"
-    run(
-        cfg_path,
-        out,
-        *B4_ARGS,
-    )
-    return out
+    run(cfg_path, module_tmp / "b4", *B4_ARGS)
+    return module_tmp / "b4"
 
 
 @pytest.fixture(scope="module")
 def laplace(module_tmp, cfg_path):
-    out = module_tmp / "map"
-    run(
-        cfg_path,
-        out,
-        "--method",
-        "map",
-        *B4_ARGS,
-    )
-    return out
+    run(cfg_path, module_tmp / "map", "--method", "map", *B4_ARGS)
+    return module_tmp / "map"
 
 
 def test_noisy_level0_converges_covers_and_matches_laplace(batch4, laplace):
@@ -226,14 +214,7 @@ def test_nuts_program_compiles_once_per_campaign_with_two_galaxies(
 ):
     """Also: NUTS works with n_objects > 1 (per-galaxy latents on a named galaxy axis), and
     the large-batch recipe (tree depth capped per phase, Laplace mass kept fixed) holds."""
-    traces = []
-    real_fit = nuts.fit
-
-    def counting(*a, **k):
-        traces.append(1)
-        return real_fit(*a, **k)
-
-    monkeypatch.setattr(nuts, "fit", counting)
+    traces = count_calls(monkeypatch, nuts, "fit")
     cfg = load_config(cfg_path)
     nc = cfg.inference.nuts_config.model_copy(
         update={

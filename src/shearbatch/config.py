@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,10 +34,12 @@ from pydantic import (
 
 from .distributions import (
     DIST_TYPES,
+    Count,
     Dist,
     Fixed,
     LogNormal,
     Normal,
+    Positive,
     TruncatedNormal,
     Uniform,
 )
@@ -81,37 +82,16 @@ ParamT = Dist
 
 class Noise(_Strict):
     type: Literal["Gaussian"] = "Gaussian"
-    sigma: float
-
-    @field_validator("sigma")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError("must be > 0")
-        return v
+    sigma: Positive
 
 
 class Image(_Strict):
-    pixel_scale: float
-    size_x: int
-    size_y: int
-    n_objects: int = 1
+    pixel_scale: Positive
+    size_x: Count
+    size_y: Count
+    n_objects: Count = 1
     fft_size: int | None = None
     noise: Noise
-
-    @field_validator("pixel_scale")
-    @classmethod
-    def _scale(cls, v: float) -> float:
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError("must be > 0")
-        return v
-
-    @field_validator("size_x", "size_y", "n_objects")
-    @classmethod
-    def _size(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
 
     @field_validator("fft_size")
     @classmethod
@@ -129,14 +109,7 @@ class Image(_Strict):
 
 class PSF(_Strict):
     type: Literal["Gaussian"] = "Gaussian"
-    sigma: float
-
-    @field_validator("sigma")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError("must be > 0")
-        return v
+    sigma: Positive
 
 
 class Ellipticity(_Strict):
@@ -226,9 +199,9 @@ class CampaignConfig(_Strict):
 
     shear_grid: list[float] | None = None
     g2: float = 0.0
-    n_realizations: int = 1
+    n_realizations: Count = 1
     base_seed: int = 0
-    batch_size: int = 16
+    batch_size: Count = 16
     output_dir: str = "results"
     paired: bool = False
     shear_from_prior: bool = False  # SBC: true shears drawn from gal.shear (no grid)
@@ -249,13 +222,6 @@ class CampaignConfig(_Strict):
     def _g2(cls, v: float) -> float:
         if not abs(v) < 1:
             raise ValueError("|g| must be < 1")
-        return v
-
-    @field_validator("n_realizations", "batch_size")
-    @classmethod
-    def _pos(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
         return v
 
     @field_validator("base_seed")

@@ -10,14 +10,16 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "DIST_TYPES",
+    "Count",
     "Dist",
     "Fixed",
     "LogNormal",
     "Normal",
+    "Positive",
     "StrictModel",
     "TruncatedNormal",
     "Uniform",
@@ -29,6 +31,22 @@ __all__ = [
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+def _positive(v: float) -> float:
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError("must be > 0")
+    return v
+
+
+def _at_least_one(v: int) -> int:
+    if v < 1:
+        raise ValueError("must be >= 1")
+    return v
+
+
+Positive = Annotated[float, AfterValidator(_positive)]  # finite and > 0
+Count = Annotated[int, AfterValidator(_at_least_one)]  # an integer >= 1
 
 
 # --------------------------------------------------------------------------- distributions
@@ -51,29 +69,15 @@ class Fixed(StrictModel):
 class Normal(StrictModel):
     type: Literal["Normal"]
     mean: float = 0.0
-    sigma: float
-
-    @field_validator("sigma")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be > 0")
-        return v
+    sigma: Positive
 
 
 class LogNormal(StrictModel):
     """Log-normal with median ``mean`` and log-space width ``sigma``."""
 
     type: Literal["LogNormal"]
-    mean: float
-    sigma: float
-
-    @field_validator("mean", "sigma")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be > 0")
-        return v
+    mean: Positive
+    sigma: Positive
 
 
 class Uniform(StrictModel):

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
+from .distributions import Count, Positive
 from .distributions import StrictModel as _Strict
 
 __all__ = ["METHODS", "Inference", "MapConfig", "MapInit", "NutsConfig", "ViConfig"]
@@ -13,56 +14,35 @@ __all__ = ["METHODS", "Inference", "MapConfig", "MapInit", "NutsConfig", "ViConf
 
 class MapConfig(_Strict):
     optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
-    num_steps: int = 200
-    learning_rate: float = 0.1
-    tol: float | None = None  # None: dtype-aware default (see shearbatch.infer.map)
+    num_steps: Count = 200
+    learning_rate: Positive = 0.1
+    tol: Positive | None = None  # None: dtype-aware default (see shearbatch.infer.map)
     laplace: bool = True
-    num_samples: int = 1000
-
-    @field_validator("num_steps", "num_samples")
-    @classmethod
-    def _pos_int(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("learning_rate", "tol")
-    @classmethod
-    def _pos(cls, v: float | None) -> float | None:
-        if v is not None and not v > 0:
-            raise ValueError("must be > 0")
-        return v
+    num_samples: Count = 1000
 
 
 class MapInit(_Strict):
     enabled: bool = True
-    num_steps: int = 500
-    learning_rate: float = 0.01
+    num_steps: Count = 500
+    learning_rate: Positive = 0.01
 
 
 class NutsConfig(_Strict):
-    warmup: int = 500
-    samples: int = 1000
-    chains: int = 4
+    warmup: Count = 500
+    samples: Count = 1000
+    chains: Count = 4
     dense_mass: bool = False
     target_accept: float = 0.8
-    max_tree_depth: int = 10  # warmup (and sampling unless capped separately)
+    max_tree_depth: Count = 10  # warmup (and sampling unless capped separately)
     # A cap on the sampling phase's tree depth. Lanes run in lockstep, so every
     # vectorised iteration costs the deepest tree of the batch; a cap never biases
     # NUTS (it stays a valid MCMC kernel), it can only lower ESS, which the
     # convergence thresholds check. See README "NUTS on large batches".
-    max_tree_depth_sampling: int | None = None
+    max_tree_depth_sampling: Count | None = None
     # False: keep the initial inverse mass matrix (the Laplace covariance with
     # map_init) and adapt the step size only.
     adapt_mass_matrix: bool = True
     map_init: MapInit = MapInit()
-
-    @field_validator("warmup", "samples", "chains", "max_tree_depth", "max_tree_depth_sampling")
-    @classmethod
-    def _pos_int(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be >= 1")
-        return v
 
     @field_validator("target_accept")
     @classmethod
@@ -74,24 +54,10 @@ class NutsConfig(_Strict):
 
 class ViConfig(_Strict):
     guide: Literal["normal", "mvn"] = "normal"
-    num_steps: int = 5000
-    learning_rate: float = 0.001
-    num_samples: int = 1000
-    num_particles: int = 1
-
-    @field_validator("num_steps", "num_samples", "num_particles")
-    @classmethod
-    def _pos_int(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("learning_rate")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be > 0")
-        return v
+    num_steps: Count = 5000
+    learning_rate: Positive = 0.001
+    num_samples: Count = 1000
+    num_particles: Count = 1
 
 
 METHODS = ("nuts", "map", "vi")
