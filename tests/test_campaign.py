@@ -11,9 +11,9 @@ from shearbatch.campaign import (
     make_batches,
     plan_campaign,
     plan_single,
-    realization_status,
     run_id_for,
 )
+from shearbatch.io import realization_status
 
 
 def test_seed_example_plan():

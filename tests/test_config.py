@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 
-from shearbatch.config import (
+from shearbatch.schema import (
     ConfigError,
     Fixed,
     LogNormal,

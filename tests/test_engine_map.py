@@ -18,8 +18,9 @@ import shearbatch.engine as engine
 from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
-from shearbatch.config import load_config
-from shearbatch.outputs import read_json, read_posterior
+from shearbatch.schema import load_config
+from shearbatch.io import read_json, read_posterior
+from shearbatch.spec import run_spec
 
 GRID = ["-0.05", "-0.02", "0", "0.02", "0.05"]
 # campaign A: the grid at g2 = -0.01, seeds 3 and 4, batches of 8 (the last one padded)
@@ -249,7 +250,7 @@ def test_resume_skips_complete_and_overwrite_redoes(module_tmp, quiet_cfg):
 def test_failed_realization_is_data(module_tmp, quiet_cfg, campaign_a, monkeypatch):
     """NaN data in one lane: that realization is 'failed', its companions are bit-identical."""
     broken = "g1_+0.0000_g2_-0.0100_s3"
-    real = engine.simulate_batch
+    real = engine.generate
 
     def with_broken_lane(cfg, realizations):
         sim = real(cfg, realizations)
@@ -257,7 +258,7 @@ def test_failed_realization_is_data(module_tmp, quiet_cfg, campaign_a, monkeypat
         images = np.where(bad[:, None, None, None], np.nan, np.asarray(sim.images))
         return sim._replace(images=jax.numpy.asarray(images))
 
-    monkeypatch.setattr(engine, "simulate_batch", with_broken_lane)
+    monkeypatch.setattr(engine, "generate", with_broken_lane)
     out = module_tmp / "broken"
     res = CliRunner().invoke(
         bias_run,
@@ -287,12 +288,14 @@ def test_failed_realization_is_data(module_tmp, quiet_cfg, campaign_a, monkeypat
 
 def test_campaign_compiles_once(module_tmp, quiet_cfg, monkeypatch):
     """Three batches (the last padded) share one traced inference program and one generator."""
-    import shearbatch.infer.map as map_
+    import shearbatch.core.methods.map as map_
 
     traces = count_calls(monkeypatch, map_, "fit")
     cfg = load_config(quiet_cfg)
     plan = plan_campaign([0.01, 0.02, 0.03, 0.04, 0.05], n_realizations=1)
-    report = engine.run_campaign(cfg, plan, output_dir=module_tmp / "once", batch_size=2)
+    report = engine.run_campaign(
+        run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=2
+    )
     assert report.n_ok == 5 and len(report.batch_times) == 3
     assert len(traces) == 1
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from shearbatch import extract
+from shearbatch.analysis import extract
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 
 GRID = ["-0.05", "-0.02", "0.02", "0.05"]

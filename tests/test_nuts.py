@@ -10,13 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 import shearbatch.engine as engine
-import shearbatch.infer.nuts as nuts
+import shearbatch.core.methods.nuts as nuts
 from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
-from shearbatch.config import load_config
-from shearbatch.outputs import read_json, read_posterior
-from shearbatch.simulate import render_stamps
+from shearbatch.schema import load_config
+from shearbatch.io import read_json, read_posterior
+from shearbatch.core.generate import render_stamps
+from shearbatch.spec import run_spec
 
 GRID = ["0.03", "-0.02"]
 B4_ARGS = ["--shear-grid", *GRID, "--g2-true", "0.01", "--n-realizations", "2",
@@ -171,24 +172,24 @@ def test_broken_and_hard_neighbours_do_not_affect_the_others(
     cfg = load_config(cfg_path)
     plan = plan_campaign([0.03, -0.02], g2=0.01, n_realizations=2, base_seed=7)
     broken, hard = plan[2].run_id, plan[3].run_id
-    real = engine.simulate_batch
+    real = engine.generate
 
-    def inject(cfg_, realizations):
-        sim = real(cfg_, realizations)
+    def inject(spec, realizations):
+        sim = real(spec, realizations)
         images = np.array(sim.images)
         for b, r in enumerate(realizations):
             if r.run_id == broken:
                 images[b] = np.nan
             elif r.run_id == hard:
                 clean = np.asarray(
-                    render_stamps(cfg_, {k: v[b] for k, v in sim.params.items()}, sim.g[b])
+                    render_stamps(spec.truth, {k: v[b] for k, v in sim.params.items()}, sim.g[b])
                 )
                 images[b] = 100 * clean + (images[b] - clean)  # flux x100, same noise
         return sim._replace(images=jnp.asarray(images))
 
-    monkeypatch.setattr(engine, "simulate_batch", inject)
+    monkeypatch.setattr(engine, "generate", inject)
     out = module_tmp / "isolated"
-    report = engine.run_campaign(cfg, plan, output_dir=out, batch_size=4)
+    report = engine.run_campaign(run_spec(cfg), plan, output_dir=out, batch_size=4)
     assert report.failed == [broken]
     assert "non-finite data" in read_json(out / broken / "convergence.json")["reason"]
     hard_conv = read_json(out / hard / "convergence.json")
@@ -232,7 +233,9 @@ def test_nuts_program_compiles_once_per_campaign_with_two_galaxies(
         }
     )
     plan = plan_campaign([0.01, 0.02, 0.03], n_realizations=2, base_seed=0)  # 6 = 4 + 2 padded
-    report = engine.run_campaign(cfg, plan, output_dir=module_tmp / "once", batch_size=4)
+    report = engine.run_campaign(
+        run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=4
+    )
     assert len(report.batch_times) == 2 and len(traces) == 1
     post = read_posterior(module_tmp / "once" / plan[0].run_id / "posterior.nc")
     assert post["g1"].shape == (4, 20) and post["dx"].shape == (4, 20, 2)

@@ -5,23 +5,23 @@ import numpy as np
 import pytest
 
 from conftest import write_config
-from shearbatch.batch import build_inference_model, realization_keys
 from shearbatch.campaign import plan_campaign
-from shearbatch.config import load_config
-from shearbatch.engine import make_inference_program
-from shearbatch.simulate import simulate_batch
+from shearbatch.core.batching import realization_keys
+from shearbatch.engine import generate, inference_program
+from shearbatch.schema import load_config
+from shearbatch.spec import run_spec
 
 N_NOISE = 300  # relative SE of a std from N draws: 1/sqrt(2(N-1)) = 4.1%; 15% is 3.7 SE
 
 
 def _infer(cfg, plan, batch):
-    model = build_inference_model(cfg)
-    program, results, truths = None, [], []
+    spec = run_spec(cfg)
+    _, program = inference_program(spec)
+    results, truths = [], []
     for i in range(0, len(plan), batch):
         part = plan[i : i + batch]
-        sim = simulate_batch(cfg, part)
-        keys = realization_keys([r.seed for r in part], cfg.inference.rng_seed)
-        program = program or make_inference_program(cfg, model)
+        sim = generate(spec, part)
+        keys = realization_keys([r.seed for r in part], spec.rng_seed)
         results.append(program(keys, sim.images))
         truths.append(np.asarray(sim.g))
     return results, np.concatenate(truths)
@@ -47,9 +47,9 @@ def noisy_cfg(module_tmp):
 def test_laplace_width_matches_scatter_over_noise_realizations(noisy_cfg):
     plan = plan_campaign([0.02], g2=-0.01, n_realizations=N_NOISE, base_seed=1000)
     results, truth = _infer(noisy_cfg, plan, batch=100)
-    g_hat = np.concatenate([np.asarray(r.opt.x) for r in results])  # unconstrained = g here
-    std = np.concatenate([np.asarray(r.std) for r in results])
-    assert np.all(np.concatenate([np.asarray(r.opt.converged) for r in results]))
+    g_hat = np.concatenate([np.stack([r.mode["g1"], r.mode["g2"]], axis=1) for r in results])
+    std = np.concatenate([np.asarray(r.info["std"]) for r in results])
+    assert np.all(np.concatenate([np.asarray(r.info["converged"]) for r in results]))
     scatter = np.std(g_hat - truth, axis=0, ddof=1)
     laplace = np.mean(std, axis=0)
     assert np.all(np.abs(scatter / laplace - 1) < 0.15), (scatter, laplace)
@@ -75,16 +75,16 @@ def test_vi_agrees_with_laplace(noisy_cfg):
     (vi,), truth = _infer(vi_cfg, plan, batch=4)
     (lap,), _ = _infer(noisy_cfg, plan, batch=4)
     for k, site in enumerate(("g1", "g2")):
-        draws = np.asarray(vi.samples[site])  # (B, S)
+        draws = np.asarray(vi.samples[site])[:, 0]  # (B, S)
         mean, sd = draws.mean(axis=1), draws.std(axis=1)
-        lap_mean, lap_sd = np.asarray(lap.opt.x)[:, k], np.asarray(lap.std)[:, k]
+        lap_mean, lap_sd = np.asarray(lap.mode[site]), np.asarray(lap.info["std"])[:, k]
         # ELBO optimum of a near-Gaussian posterior: same centre and width as Laplace, up to
         # the Monte Carlo noise of the stochastic optimiser and of 2000 draws
         assert np.all(np.abs(mean - lap_mean) < 0.2 * lap_sd), (mean, lap_mean, lap_sd)
         assert np.all(np.abs(sd / lap_sd - 1) < 0.2), (sd, lap_sd)
         assert np.all(np.abs(mean - truth[:, k]) < 4 * sd)
     # realizations do not share values
-    assert len(set(np.round(np.asarray(vi.samples["g1"]).mean(axis=1), 12))) == 4
+    assert len(set(np.round(np.asarray(vi.samples["g1"]).mean(axis=(1, 2)), 12))) == 4
 
 
 @pytest.mark.slow
@@ -103,6 +103,9 @@ def test_alternative_optimizers_find_the_same_mode(noisy_cfg, optimizer, setting
         update={"inference": noisy_cfg.inference.model_copy(update={"map_config": mc})}
     )
     (other,), _ = _infer(other_cfg, plan, batch=4)
-    diff = np.abs(np.asarray(other.opt.x) - np.asarray(newton.opt.x)) / np.asarray(newton.std)
+    def mode(d):
+        return np.stack([d.mode["g1"], d.mode["g2"]], axis=1)
+
+    diff = np.abs(mode(other) - mode(newton)) / np.asarray(newton.info["std"])
     assert np.all(diff < tol_in_sigma), diff
-    np.testing.assert_allclose(np.asarray(other.std), np.asarray(newton.std), rtol=1e-2)
+    np.testing.assert_allclose(other.info["std"], newton.info["std"], rtol=1e-2)

@@ -5,8 +5,18 @@ import pytest
 
 from conftest import write_config
 from shearbatch.campaign import Realization, plan_campaign
-from shearbatch.config import load_config
-from shearbatch.simulate import render_stamps, simulate_batch, truth_records
+from shearbatch.schema import load_config
+from shearbatch.core.generate import render_stamps
+from shearbatch.engine import generate, truth_record
+from shearbatch.spec import problem, run_spec
+
+
+def simulate_batch(cfg, plan):
+    return generate(run_spec(cfg), plan)
+
+
+def truth_records(cfg, plan, sim):
+    return [truth_record(run_spec(cfg), r, sim, b) for b, r in enumerate(plan)]
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +110,7 @@ def test_noise_has_the_configured_sigma(cfg):
     sim = simulate_batch(cfg, plan)
     clean = np.stack(
         [
-            np.asarray(render_stamps(cfg, {k: v[b] for k, v in sim.params.items()}, sim.g[b]))
+            np.asarray(render_stamps(problem(cfg), {k: v[b] for k, v in sim.params.items()}, sim.g[b]))
             for b in range(len(plan))
         ]
     )

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shearbatch import acceptance, stats
+from shearbatch.analysis import acceptance, stats
 
 M_TRUE, C_TRUE, SIGMA = 0.01, 3e-4, 1e-3
 GRID = np.array([-0.05, -0.02, 0.02, 0.05])

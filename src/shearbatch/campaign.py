@@ -17,11 +17,9 @@ contiguous slice of it, so the union over tasks is the plan with no overlap.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
@@ -32,7 +30,6 @@ __all__ = [
     "plan_campaign",
     "plan_from_prior",
     "plan_single",
-    "realization_status",
     "run_id_for",
 ]
 
@@ -147,24 +144,3 @@ def make_batches(realizations: Sequence[Realization], batch_size: int) -> list[l
         raise ValueError("batch size must be >= 1")
     r = list(realizations)
     return [r[i : i + batch_size] for i in range(0, len(r), batch_size)]
-
-
-def realization_status(output_dir: str | Path, run_id: str) -> str:
-    """``"done"`` (complete, status ok), ``"failed"``, ``"incomplete"`` or ``"absent"``.
-
-    ``convergence.json`` is written last, so a directory holding a readable one
-    is complete.
-    """
-    d = Path(output_dir) / run_id
-    if not d.exists():
-        return "absent"
-    conv = d / "convergence.json"
-    if not conv.is_file():
-        return "incomplete"
-    try:
-        status = json.loads(conv.read_text()).get("status")
-    except (OSError, ValueError):
-        return "incomplete"
-    if status == "ok" and (d / "posterior.nc").is_file() and (d / "truth.json").is_file():
-        return "done"
-    return "failed" if status == "failed" else "incomplete"

@@ -8,13 +8,15 @@ as one line naming the offending flag or key, before any computation starts.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
+
+from . import runtime
+from .core.methods import names as method_names
 
 __all__ = ["bias_extract", "bias_run", "bias_stats"]
 
@@ -93,51 +95,6 @@ def _setup_logging(verbose: bool = False) -> None:
     root.setLevel(level)
 
 
-def _setup_jax(x64: bool, cache_dir: str | None) -> None:
-    """JAX flags are set here, by the entry point, never at library import."""
-    import jax
-
-    jax.config.update("jax_enable_x64", bool(x64))
-    cache = (
-        cache_dir
-        or os.environ.get("SHEARBATCH_CACHE_DIR")
-        or str(
-            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
-        )
-    )
-    if cache.lower() not in ("", "0", "off", "none"):
-        jax.config.update("jax_compilation_cache_dir", cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    _count_cache_events()
-    devs = jax.devices()
-    logger.info(
-        "JAX %s on %s x%d (%s), x64=%s, compilation cache: %s",
-        jax.__version__,
-        devs[0].platform.upper(),
-        len(devs),
-        devs[0].device_kind,
-        x64,
-        cache or "off",
-    )
-
-
-_CACHE_EVENTS = {"hits": 0, "misses": 0}
-
-
-def _count_cache_events() -> None:
-    """Count persistent compilation-cache hits/misses (logged at the end of a run)."""
-    from jax import monitoring
-
-    def listener(event: str, **_: Any) -> None:
-        if event.endswith("/compilation_cache/cache_hits"):
-            _CACHE_EVENTS["hits"] += 1
-        elif event.endswith("/compilation_cache/cache_misses"):
-            _CACHE_EVENTS["misses"] += 1
-
-    monitoring.register_event_listener(listener)
-
-
 # --------------------------------------------------------------------------- bias-run
 
 
@@ -165,7 +122,12 @@ class _RunCommand(_Command):
 )
 @click.option("--batch-size", type=int, default=None, help="Realizations per compiled batch.")
 @click.option("--output-dir", default=None, help="Campaign output root.")
-@click.option("--method", default=None, help="nuts | map | vi (overrides inference.method).")
+@click.option(
+    "--method",
+    default=None,
+    help=f"Inference method, one of the registered methods ({', '.join(method_names())}); "
+    "overrides inference.method.",
+)
 @click.option("--array-task-id", type=int, default=None, help="Default: SLURM_ARRAY_TASK_ID.")
 @click.option("--array-task-count", type=int, default=None, help="Default: SLURM_ARRAY_TASK_COUNT.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
@@ -177,7 +139,7 @@ class _RunCommand(_Command):
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def bias_run(**kw: Any) -> int:
     """Stage 1: simulate and infer a campaign; one directory per realization."""
-    from .config import ConfigError
+    from .schema import ConfigError
 
     _setup_logging(kw["verbose"])
     try:
@@ -185,27 +147,27 @@ def bias_run(**kw: Any) -> int:
     except ConfigError as err:
         raise _fail(str(err)) from None
     _print_plan(job, kw)
-    if kw["preview"]:
-        _setup_jax(kw["x64"], kw["cache_dir"])
-        _preview(job, Path(kw["preview"]))
-    if kw["dry_run"]:
+    if kw["dry_run"] and not kw["preview"]:
         return 0
-    _setup_jax(kw["x64"], kw["cache_dir"])
-    from .engine import run_campaign
+    with runtime.scoped():
+        runtime.configure(kw["x64"], kw["cache_dir"])
+        runtime.reset_cache_events()
+        if kw["preview"]:
+            _preview(job, Path(kw["preview"]))
+        if kw["dry_run"]:
+            return 0
+        from .engine import run_campaign
 
-    progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
-    report = run_campaign(
-        job["cfg"],
-        job["todo"],
-        output_dir=job["output_dir"],
-        batch_size=job["batch_size"],
-        progress=progress,
-    )
-    logger.info(
-        "persistent compilation cache: %d hit(s), %d miss(es)",
-        _CACHE_EVENTS["hits"],
-        _CACHE_EVENTS["misses"],
-    )
+        progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
+        report = run_campaign(
+            job["spec"],
+            job["todo"],
+            output_dir=job["output_dir"],
+            batch_size=job["batch_size"],
+            progress=progress,
+        )
+    ev = runtime.CACHE_EVENTS
+    logger.info("persistent compilation cache: %d hit(s), %d miss(es)", ev["hits"], ev["misses"])
     click.echo(
         f"wrote {report.n_ok} ok, {report.n_failed} failed realization(s) under {job['output_dir']}"
         f" in {report.wall_s:.1f} s"
@@ -215,23 +177,55 @@ def bias_run(**kw: Any) -> int:
 
 def _preview(job: dict[str, Any], path: Path, n: int = 4) -> None:
     """Render the first ``n`` realizations of this task's plan (the generator only)."""
-    from .plots import stamps_figure
-    from .simulate import simulate_batch
+    from .analysis.plots import stamps_figure
+    from .engine import generate
 
     reals = job["mine"][:n]
     if not reals:
         return
-    sim = simulate_batch(job["cfg"], reals)
+    sim = generate(job["spec"], reals)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig = stamps_figure(sim.images, [r.run_id for r in reals], sim.noise_sigma)
     fig.savefig(path, dpi=100)
     click.echo(f"preview of {len(reals)} realization(s): {path}")
 
 
+#: bias-run flag -> campaign key it overrides (the one place flags meet the config)
+_CAMPAIGN_FLAGS = {
+    "n_realizations": "n_realizations",
+    "base_seed": "base_seed",
+    "batch_size": "batch_size",
+    "output_dir": "output_dir",
+    "paired": "paired",
+    "g2_true": "g2",
+}
+
+
+def apply_flags(cfg: Any, kw: dict[str, Any]) -> Any:
+    """The config with every given ``bias-run`` flag applied over it.
+
+    A flag that is given (not ``None``) wins over the config's ``campaign`` /
+    ``inference.method``; a flag that is absent leaves the config's value.
+    ``--shear-grid`` replaces the grid (and turns SBC off); ``--shear-from-prior``
+    turns it on.
+    """
+    camp = {k: kw[f] for f, k in _CAMPAIGN_FLAGS.items() if kw.get(f) is not None}
+    if kw.get("shear_grid"):
+        camp.update(shear_grid=list(kw["shear_grid"]), shear_from_prior=False)
+    if kw.get("shear_from_prior"):
+        camp["shear_from_prior"] = True
+    update: dict[str, Any] = {"campaign": cfg.campaign.model_copy(update=camp)}
+    if kw.get("method") is not None:
+        update["inference"] = cfg.inference.model_copy(update={"method": kw["method"].lower()})
+    return cfg.model_copy(update=update)
+
+
 def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     """Validate everything and build this task's plan; raises UsageError / ConfigError."""
     from . import campaign as cp
-    from .config import load_config
+    from .io import realization_status
+    from .schema import load_config
+    from .spec import run_spec
 
     for flag in ("batch_size", "n_realizations"):
         if kw[flag] is not None and kw[flag] < 1:
@@ -249,8 +243,8 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
         if kw[flag] is not None and not abs(kw[flag]) < 1:
             raise _fail(f"--{flag.replace('_', '-')}: |g| must be < 1, got {kw[flag]}")
     method = kw["method"]
-    if method is not None and method.lower() not in ("nuts", "map", "vi"):
-        raise _fail(f"--method: unknown method {method!r}; use one of nuts, map, vi")
+    if method is not None and method.lower() not in method_names():
+        raise _fail(f"--method: unknown method {method!r}; use one of {', '.join(method_names())}")
     task_id, task_count = kw["array_task_id"], kw["array_task_count"]
     if (task_id is None) != (task_count is None):
         raise _fail("--array-task-id and --array-task-count go together")
@@ -264,62 +258,57 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     if not 0 <= task_id < task_count:
         raise _fail(f"--array-task-id: {task_id} outside [0, {task_count})")
 
-    cfg = load_config(kw["config_path"])
-    if method is not None:
-        cfg = cfg.model_copy(
-            update={"inference": cfg.inference.model_copy(update={"method": method.lower()})}
-        )
+    cfg = apply_flags(load_config(kw["config_path"]), kw)
     camp = cfg.campaign
-    requested_batch = kw["batch_size"] or camp.batch_size
-    output_dir = Path(kw["output_dir"] or camp.output_dir)
+    output_dir = Path(camp.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise _fail(f"--output-dir: {output_dir} exists and is not a directory")
-    g2 = kw["g2_true"] if kw["g2_true"] is not None else camp.g2
+    spec = run_spec(cfg)
     if kw["g1_true"] is not None:
-        seed = kw["seed"] if kw["seed"] is not None else (kw["base_seed"] or camp.base_seed)
+        seed = kw["seed"] if kw["seed"] is not None else camp.base_seed
         try:
-            plan = cp.plan_single(kw["g1_true"], g2, seed, kw["run_id"])
+            plan = cp.plan_single(kw["g1_true"], camp.g2, seed, kw["run_id"])
         except ValueError as err:
             raise _fail(f"--g1-true/--g2-true: {err}") from None
         if plan[0].run_id in ("", ".", "..") or "/" in plan[0].run_id:
             raise _fail(f"--run-id: not a valid directory name: {plan[0].run_id!r}")
-    elif kw["shear_from_prior"] or (camp.shear_from_prior and not grid):
-        from .priors import draw_shear_from_prior
+    elif camp.shear_from_prior:
+        from .core.priors import draw_shear_from_prior
 
-        if grid:
+        if kw["shear_grid"]:
             raise _fail("--shear-from-prior and --shear-grid are exclusive")
         plan = cp.plan_from_prior(
-            lambda seed: draw_shear_from_prior(cfg, seed),
-            n_realizations=kw["n_realizations"] or camp.n_realizations,
-            base_seed=kw["base_seed"] if kw["base_seed"] is not None else camp.base_seed,
+            lambda seed: draw_shear_from_prior(spec.model.shear, seed),
+            n_realizations=camp.n_realizations,
+            base_seed=camp.base_seed,
         )
     else:
         if kw["run_id"] is not None or kw["seed"] is not None:
             raise _fail("--run-id/--seed are for a single realization (with --g1-true)")
-        grid = list(grid) or camp.shear_grid
-        if not grid:
+        if not camp.shear_grid:
             raise _fail(
                 "no shear given: use --g1-true (single) or --shear-grid "
                 "(or campaign.shear_grid in the config)"
             )
         try:
             plan = cp.plan_campaign(
-                grid,
-                g2=g2,
-                n_realizations=kw["n_realizations"] or camp.n_realizations,
-                base_seed=kw["base_seed"] if kw["base_seed"] is not None else camp.base_seed,
-                paired=kw["paired"] if kw["paired"] is not None else camp.paired,
+                camp.shear_grid,
+                g2=camp.g2,
+                n_realizations=camp.n_realizations,
+                base_seed=camp.base_seed,
+                paired=camp.paired,
             )
         except ValueError as err:
             raise _fail(f"--shear-grid/--g2-true: {err}") from None
     mine = cp.array_slice(plan, task_id, task_count)
     # lanes of the compiled program: never more than this task's share of the plan, and
     # fixed by the plan (not by what is left to do), so a resumed run reuses the program
-    batch_size = max(1, min(requested_batch, len(mine)))
-    status = {r.run_id: cp.realization_status(output_dir, r.run_id) for r in mine}
+    batch_size = max(1, min(camp.batch_size, len(mine)))
+    status = {r.run_id: realization_status(output_dir, r.run_id) for r in mine}
     todo = [r for r in mine if kw["overwrite"] or status[r.run_id] != "done"]
     return {
         "cfg": cfg,
+        "spec": spec,
         "plan": plan,
         "mine": mine,
         "todo": todo,
@@ -332,7 +321,6 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
 
 def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
     from .campaign import make_batches
-    from .config import config_hash
 
     cfg, plan, mine, todo = job["cfg"], job["plan"], job["mine"], job["todo"]
     bs = job["batch_size"]
@@ -340,7 +328,7 @@ def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
     done = [r for r in mine if job["status"][r.run_id] == "done"]
     tid, tcount = job["task"]
     echo = click.echo if kw["dry_run"] else logger.info
-    echo(f"config: {kw['config_path']} (hash {config_hash(cfg)}), method: {cfg.inference.method}")
+    echo(f"config: {kw['config_path']} (hash {job['spec'].config_hash}), method: {cfg.inference.method}")
     echo(
         f"plan: {len(plan)} realizations; array task {tid} of {tcount} takes {len(mine)}; "
         f"already complete: {len(done)}{' (overwrite)' if kw['overwrite'] and done else ''}; "
@@ -368,7 +356,7 @@ def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def bias_extract(**kw: Any) -> int:
     """Stage 2: one summary row per realization directory (ok, failed, incomplete, corrupt)."""
-    from . import extract as ex
+    from .analysis import extract as ex
 
     _setup_logging(kw["verbose"])
     root = Path(kw["input_dir"])
@@ -420,8 +408,8 @@ def bias_stats(**kw: Any) -> int:
 
     import pandas as pd
 
-    from . import acceptance
-    from .outputs import to_strict_json
+    from .analysis import acceptance
+    from .io import to_strict_json
 
     _setup_logging(kw["verbose"])
     src = Path(kw["input_path"])
@@ -484,8 +472,8 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
 
 
 def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Path:
-    from . import plots
-    from .extract import find_realization_dirs
+    from .analysis import plots
+    from .io import find_realization_dirs
 
     d = out / "plots"
     d.mkdir(parents=True, exist_ok=True)

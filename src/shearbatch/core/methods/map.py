@@ -13,7 +13,7 @@ them) equals the mode exactly and the draw std estimates the Laplace width.
 The optimiser stops per realization when the relative decrease of U in one
 step falls below ``tol`` (|U_k - U_{k+1}| <= tol max(1, |U_{k+1}|)) or after
 ``num_steps``, or when a step fails to decrease U (the float resolution of U is
-reached; ``converged`` is then true unless the step budget ran out); under :func:`shearbatch.batch.batched` a converged lane is frozen
+reached; ``converged`` is then true unless the step budget ran out); under :func:`shearbatch.core.batching.batched` a converged lane is frozen
 while others continue, and nothing couples lanes (no global-norm clipping, no
 stopping on a summed loss).
 """
@@ -27,19 +27,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ..batch import InferenceModel, batched
-from ..config import MapConfig
+import numpy as np
 
-__all__ = [
-    "Laplace",
-    "MapResult",
-    "OptResult",
-    "default_tol",
-    "fit",
-    "laplace",
-    "make_program",
-    "optimize",
-]
+from ..flags import flag
+from .base import Diagnosis, Draws, Method
+
+__all__ = ["Laplace", "MapSettings", "OptResult", "default_tol", "laplace", "method", "optimize"]
 
 
 class OptResult(NamedTuple):
@@ -50,12 +43,14 @@ class OptResult(NamedTuple):
     converged: jax.Array
 
 
-class MapResult(NamedTuple):
-    opt: OptResult
-    std: jax.Array  # (D,) Laplace std of the unconstrained latents
-    laplace_ok: jax.Array  # Hessian finite and positive definite
-    samples: dict[str, jax.Array]  # {site: (S, *shape)} constrained draws
-    log_q: jax.Array  # (S,) log density of each draw under the Laplace Gaussian (+ const)
+class MapSettings(NamedTuple):
+    """``inference.map_config`` (see the schema for meanings and defaults)."""
+
+    optimizer: str
+    num_steps: int
+    learning_rate: float
+    tol: float | None
+    num_samples: int
 
 
 def default_tol(dtype, optimizer: str = "newton") -> float:
@@ -193,8 +188,9 @@ class Laplace(NamedTuple):
     ok: jax.Array  # Hessian finite and positive definite
 
 
-def laplace(obs: jax.Array, *, model: InferenceModel, settings: MapConfig) -> Laplace:
-    """Mode and Laplace approximation of ONE realization's posterior."""
+def laplace(obs: jax.Array, model, settings: MapSettings) -> Laplace:
+    """Mode and Laplace approximation of ONE realization's posterior (``model``: a
+    :class:`shearbatch.core.posterior.Posterior`)."""
     x0 = model.x0.astype(obs.dtype)
     if settings.optimizer == "newton":
         fun = functools.partial(lambda x, o: model.potential_fn(x, o), o=obs)
@@ -207,7 +203,7 @@ def laplace(obs: jax.Array, *, model: InferenceModel, settings: MapConfig) -> La
             model.potential_fn,
             num_steps=settings.num_steps,
             optimizer=settings.optimizer,
-            learning_rate=settings.learning_rate,
+            learning_rate=settings.learning_rate or 0.1,
             tol=settings.tol,
         )
         hess = jax.hessian(model.potential_fn)(opt.x, obs)
@@ -219,22 +215,72 @@ def laplace(obs: jax.Array, *, model: InferenceModel, settings: MapConfig) -> La
     return Laplace(opt, chol, scale, ok)
 
 
-def fit(
-    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: MapConfig
-) -> MapResult:
-    """MAP + Laplace for ONE realization (batch it with :func:`make_program`)."""
-    lap = laplace(obs, model=model, settings=settings)
+def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings) -> Draws:
+    """MAP + Laplace for ONE realization: ``num_samples`` antithetic Laplace draws."""
+    lap = laplace(obs, posterior, settings)
     d = lap.opt.x.shape[0]
     std = jnp.sqrt(jnp.sum(lap.scale * lap.scale, axis=1))  # sqrt diag(L^-T L^-1)
     half = (settings.num_samples + 1) // 2
     eps = jax.random.normal(rng_key, (half, d), lap.opt.x.dtype)
     eps = jnp.concatenate([eps, -eps], axis=0)[: settings.num_samples]
     xs = lap.opt.x[None, :] + eps @ lap.scale.T
-    samples = jax.vmap(model.constrain_fn)(xs)
+    samples = jax.vmap(posterior.constrain_fn)(xs)
     log_q = -0.5 * jnp.sum(eps * eps, axis=1) + jnp.sum(jnp.log(jnp.diag(lap.chol)))
-    return MapResult(lap.opt, std, lap.ok, samples, log_q)
+    info = {
+        "potential": lap.opt.potential,
+        "grad_norm": lap.opt.grad_norm,
+        "n_steps": lap.opt.n_steps,
+        "converged": lap.opt.converged,
+        "laplace_ok": lap.ok,
+        "std": std,
+    }
+    return Draws(
+        samples={k: v[None] for k, v in samples.items()},
+        stats={"laplace_log_q": log_q[None]},
+        mode=posterior.constrain_fn(lap.opt.x),
+        info=info,
+    )
 
 
-def make_program(model: InferenceModel, settings: MapConfig):
-    """The jitted, vmapped program (build once per campaign and reuse it)."""
-    return batched(functools.partial(fit, model=model, settings=settings))
+def std_by_site(samples) -> dict[str, np.ndarray]:
+    """Posterior std of each site (per galaxy for per-galaxy sites); draws (chain, draw, ...)."""
+    return {k: np.std(v, axis=(0, 1)) for k, v in samples.items()}
+
+
+def diagnose(draws: Draws) -> Diagnosis:
+    """Optimiser record, Laplace widths and the mode of one realization."""
+    info = draws.info
+    flags = 0
+    if not np.isfinite(info["potential"]):
+        flags |= flag("NONFINITE_POTENTIAL")
+    if not bool(info["laplace_ok"]):
+        flags |= flag("HESSIAN_NOT_PD")
+    if not bool(info["converged"]):
+        flags |= flag("OPT_NOT_CONVERGED")
+    diag = {
+        "optimizer": {
+            "converged": bool(info["converged"]),
+            "n_steps": int(info["n_steps"]),
+            "grad_norm": float(info["grad_norm"]),
+            "potential": float(info["potential"]),
+        },
+        "laplace": {
+            "positive_definite": bool(info["laplace_ok"]),
+            "std_unconstrained": [float(s) for s in np.asarray(info["std"])],
+            "posterior_std": std_by_site(draws.samples),
+        },
+        "map_estimate": dict(draws.mode),
+    }
+    return Diagnosis(draws.stats, diag, flags)
+
+
+def settings_from(inference) -> MapSettings:
+    return MapSettings(**inference["map_config"])
+
+
+def method(inference) -> Method:
+    """MAP + Laplace, from the plain ``inference`` settings."""
+    settings = settings_from(inference)
+    return Method(
+        "map", lambda key, obs, post: fit(key, obs, post, settings), diagnose
+    )

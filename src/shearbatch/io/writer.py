@@ -31,19 +31,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from . import __version__
+from .. import __version__
+from .layout import CONVERGENCE, POSTERIOR, TRUTH
 
-__all__ = [
-    "CONVERGENCE",
-    "POSTERIOR",
-    "TRUTH",
-    "read_json",
-    "read_posterior",
-    "to_strict_json",
-    "write_realization",
-]
-
-POSTERIOR, TRUTH, CONVERGENCE = "posterior.nc", "truth.json", "convergence.json"
+__all__ = ["read_json", "read_posterior", "to_strict_json", "write_json", "write_realization"]
 
 
 def to_strict_json(obj: Any) -> Any:
@@ -76,7 +67,7 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
     def w(tmp: str) -> None:
         with open(tmp, "w") as fh:
             json.dump(to_strict_json(obj), fh, indent=2, allow_nan=False)
@@ -143,10 +134,10 @@ def write_realization(
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / CONVERGENCE).unlink(missing_ok=True)  # a redone directory is incomplete meanwhile
-    _write_json(d / TRUTH, truth)
+    write_json(d / TRUTH, truth)
     tree = _posterior_tree(posterior, sample_stats, observed, attrs)
     _atomic_write(d / POSTERIOR, lambda tmp: tree.to_netcdf(tmp, engine="netcdf4"))
-    _write_json(d / CONVERGENCE, convergence)
+    write_json(d / CONVERGENCE, convergence)
     return d
 
 

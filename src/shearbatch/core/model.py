@@ -2,8 +2,8 @@
 
 A realization is M stamps ``d_j`` (shape (M, H, W)) sharing one shear g:
 
-    g = (g1, g2) ~ prior(gal.shear) restricted to |g| < 1
-    theta_j ~ prior(gal.<field>)     for each galaxy field given as a distribution
+    g = (g1, g2) ~ prior(shear) restricted to |g| < 1
+    theta_j ~ prior(field)     for each galaxy field given as a distribution
     d_j ~ Normal(render(theta_j, g), sigma)
 
 Fixed fields are constants. The restriction to the unit disk (and |e| < 1 for
@@ -23,18 +23,18 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .config import Config, Fixed
-from .priors import galaxy_params, to_distribution
-from .simulate import render_stamps
+from .generate import render_stamps
+from .priors import to_distribution
 
-__all__ = ["SHEAR_SITES", "latent_galaxy_sites", "make_model"]
+__all__ = ["SHEAR_SITES", "latent_sites", "make_model"]
 
 SHEAR_SITES = ("g1", "g2")
 
 
-def latent_galaxy_sites(cfg: Config) -> tuple[str, ...]:
-    """Names of the per-galaxy latent sites (fields given as distributions)."""
-    return tuple(k for k, p in galaxy_params(cfg).items() if not isinstance(p, Fixed))
+def latent_sites(problem) -> tuple[str, ...]:
+    """Names of every latent site: the non-fixed shear components and galaxy fields."""
+    shear = tuple(s for s, p in zip(SHEAR_SITES, problem.shear, strict=True) if not p.fixed)
+    return shear + tuple(k for k, p in problem.fields._asdict().items() if not p.fixed)
 
 
 def _disk(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
@@ -42,21 +42,20 @@ def _disk(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     return jnp.where(a * a + b * b < 1.0, 0.0, -jnp.inf)
 
 
-def make_model(cfg: Config) -> Callable[[jnp.ndarray], None]:
-    """``model(obs)`` for one realization; ``obs`` has shape (M, H, W)."""
-    shear = cfg.gal.shear
-    fields = galaxy_params(cfg)
-    sigma = cfg.image.noise.sigma
-    m = cfg.image.n_objects
+def make_model(problem) -> Callable[[jnp.ndarray], None]:
+    """``model(obs)`` for one realization of ``problem``; ``obs`` has shape (M, H, W)."""
+    fields = problem.fields._asdict()
+    sigma = problem.noise_sigma
+    m = problem.image.n_objects
 
     def _site(name, p, plate: bool):
-        if isinstance(p, Fixed):
-            return jnp.full((m,), p.value) if plate else jnp.asarray(p.value)
+        if p.fixed:
+            return jnp.full((m,), p.args[0]) if plate else jnp.asarray(p.args[0])
         return numpyro.sample(name, to_distribution(p))
 
     def model(obs: jnp.ndarray) -> None:
-        g1 = _site("g1", shear.g1, plate=False)
-        g2 = _site("g2", shear.g2, plate=False)
+        g1 = _site("g1", problem.shear[0], plate=False)
+        g2 = _site("g2", problem.shear[1], plate=False)
         numpyro.factor("g_in_unit_disk", _disk(g1, g2))
         with numpyro.plate("galaxy", m):
             params = {k: _site(k, p, plate=True) for k, p in fields.items()}
@@ -65,7 +64,7 @@ def make_model(cfg: Config) -> Callable[[jnp.ndarray], None]:
             params = {
                 k: jnp.broadcast_to(jnp.asarray(v, obs.dtype), (m,)) for k, v in params.items()
             }
-            image = render_stamps(cfg, params, g)
+            image = render_stamps(problem, params, g)
             numpyro.sample("obs", dist.Normal(image, sigma).to_event(2), obs=obs)
 
     return model

@@ -25,26 +25,33 @@ from that of the previous 10% by less than 3 standard errors.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-from ..batch import InferenceModel, batched
-from ..config import MapConfig, ViConfig
+from ..flags import flag
 from . import map as map_
+from .base import Diagnosis, Draws, Method
 
-__all__ = ["ViResult", "fit", "make_program"]
+__all__ = ["ViSettings", "fit", "method"]
+
+#: the ELBO is flat (converged) when its last 10% and previous 10% differ by fewer
+#: standard errors than this
+MAX_TREND_Z = 3.0
 
 
-class ViResult(NamedTuple):
-    samples: dict[str, jax.Array]  # {site: (S, *shape)}
-    losses: jax.Array  # (num_steps,) negative ELBO estimate per step
-    final_loss: jax.Array  # mean over the last 10% of steps
-    trend_z: jax.Array  # |mean(last 10%) - mean(previous 10%)| / standard error
-    laplace_ok: jax.Array  # the starting point was a valid Laplace fit
+class ViSettings(NamedTuple):
+    """``inference.vi_config`` (see the schema), plus ``map_config`` for the Laplace start."""
+
+    guide: str
+    num_steps: int
+    learning_rate: float
+    num_samples: int
+    num_particles: int
+    map_settings: map_.MapSettings
 
 
 def _scale_matrix(params: dict[str, jax.Array], guide: str) -> jax.Array:
@@ -66,12 +73,10 @@ def _init_params(lap: map_.Laplace, guide: str) -> dict[str, jax.Array]:
     return {"mu": lap.opt.x, "tril": jnp.tril(c, k=-1), "log_diag": jnp.log(jnp.diag(c))}
 
 
-def fit(
-    rng_key: jax.Array, obs: jax.Array, *, model: InferenceModel, settings: ViConfig
-) -> ViResult:
-    """VI for ONE realization (batch it with :func:`make_program`)."""
+def fit(rng_key: jax.Array, obs: jax.Array, model, settings: ViSettings) -> Draws:
+    """VI for ONE realization (``model``: a :class:`~shearbatch.core.posterior.Posterior`)."""
     k_fit, k_draw = jax.random.split(rng_key)
-    lap = map_.laplace(obs, model=model, settings=MapConfig())
+    lap = map_.laplace(obs, model, settings.map_settings)
     params = _init_params(lap, settings.guide)
     d = lap.opt.x.shape[0]
     dtype = lap.opt.x.dtype
@@ -102,9 +107,43 @@ def fit(
     last, prev = losses[-n:], losses[-2 * n : -n]
     se = jnp.sqrt(jnp.var(last) / n + jnp.var(prev) / max(1, prev.shape[0]))
     trend = jnp.abs(jnp.mean(last) - jnp.mean(prev)) / jnp.maximum(se, 1e-30)
-    return ViResult(samples, losses, jnp.mean(last), trend, lap.ok)
+    final = jnp.mean(last)
+    info = {"losses": losses, "final_loss": final, "trend_z": trend, "laplace_ok": lap.ok}
+    stats = {"final_loss": jnp.full((1, settings.num_samples), final)}
+    samples = {k: v[None] for k, v in samples.items()}
+    return Draws(samples, stats, model.constrain_fn(params["mu"]), info)
 
 
-def make_program(model: InferenceModel, settings: ViConfig):
-    """The jitted, vmapped VI program (build once per campaign and reuse it)."""
-    return batched(functools.partial(fit, model=model, settings=settings))
+def diagnose(draws: Draws) -> Diagnosis:
+    """ELBO record of one realization: converged when the loss shows no trend."""
+    info = draws.info
+    z = float(info["trend_z"])
+    converged = bool(np.isfinite(z) and z < MAX_TREND_Z)
+    flags = 0
+    if not np.isfinite(info["final_loss"]):
+        flags |= flag("NONFINITE_ELBO")
+    if not converged:
+        flags |= flag("ELBO_NOT_FLAT")
+    diag = {
+        "elbo": {
+            "final_loss": float(info["final_loss"]),
+            "trend_z": z,
+            "n_steps": int(np.asarray(info["losses"]).shape[0]),
+            "converged": converged,
+            "laplace_init": bool(info["laplace_ok"]),
+        },
+        "posterior_std": map_.std_by_site(draws.samples),
+        "map_estimate": dict(draws.mode),
+    }
+    return Diagnosis(draws.stats, diag, flags)
+
+
+def settings_from(inference) -> ViSettings:
+    map_settings = map_.MapSettings(**inference["map_config"])
+    return ViSettings(**inference["vi_config"], map_settings=map_settings)
+
+
+def method(inference) -> Method:
+    """Gaussian-guide VI, from the plain ``inference`` settings."""
+    settings = settings_from(inference)
+    return Method("vi", lambda key, obs, post: fit(key, obs, post, settings), diagnose)

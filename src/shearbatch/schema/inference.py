@@ -4,27 +4,38 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
+from ..core.methods import names as method_names
 from .distributions import Count, Positive
 from .distributions import StrictModel as _Strict
 
-__all__ = ["METHODS", "Inference", "MapConfig", "MapInit", "NutsConfig", "ViConfig"]
+__all__ = ["Inference", "MapConfig", "MapInit", "NutsConfig", "ViConfig"]
 
 
 class MapConfig(_Strict):
+    """The MAP fit: used by ``method: map``, and for the Laplace start of NUTS and VI."""
+
     optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
     num_steps: Count = 200
-    learning_rate: Positive = 0.1
-    tol: Positive | None = None  # None: dtype-aware default (see shearbatch.infer.map)
-    laplace: bool = True
-    num_samples: Count = 1000
+    learning_rate: Positive | None = None  # Adam only (default 0.1)
+    tol: Positive | None = None  # None: dtype-aware default (see shearbatch.core.methods.map)
+    num_samples: Count = 1000  # Laplace draws written as the posterior
+
+    @model_validator(mode="after")
+    def _lr(self) -> MapConfig:
+        if self.learning_rate is not None and self.optimizer != "adam":
+            raise ValueError(
+                f"learning_rate: has no effect with optimizer {self.optimizer} (Adam only)"
+            )
+        return self
 
 
 class MapInit(_Strict):
+    """NUTS's start at each realization's MAP/Laplace fit (``map_config``'s optimiser)."""
+
     enabled: bool = True
     num_steps: Count = 500
-    learning_rate: Positive = 0.01
 
 
 class NutsConfig(_Strict):
@@ -60,9 +71,6 @@ class ViConfig(_Strict):
     num_particles: Count = 1
 
 
-METHODS = ("nuts", "map", "vi")
-
-
 class Inference(_Strict):
     method: str = "map"
     map_config: MapConfig = MapConfig()
@@ -74,6 +82,6 @@ class Inference(_Strict):
     @classmethod
     def _method(cls, v: str) -> str:
         v = v.lower()
-        if v not in METHODS:
-            raise ValueError(f"unknown method {v!r}; use one of {', '.join(METHODS)}")
+        if v not in method_names():
+            raise ValueError(f"unknown method {v!r}; use one of {', '.join(method_names())}")
         return v

@@ -47,11 +47,10 @@ from .distributions import StrictModel as _Strict
 from .distributions import as_param as _as_param
 from .distributions import bounded_unit as _bounded_unit
 from .distributions import positive_support as _positive_support
-from .settings import METHODS, Inference, MapConfig, MapInit, NutsConfig, ViConfig
+from .inference import Inference, MapConfig, MapInit, NutsConfig, ViConfig
 
 __all__ = [
     "DIST_TYPES",
-    "METHODS",
     "CampaignConfig",
     "Config",
     "ConfigError",

@@ -17,12 +17,12 @@ stay empty. Posterior summaries use every draw of every chain: mean, median,
 std, the quantiles q at 0.025, 0.16, 0.84, 0.975, and the SBC rank
 ``rank = #{draws < g_true} / #draws``.
 
-``passed_convergence`` is method-aware. MAP and VI carry their own verdict
-(``passed`` in ``convergence.json``: optimiser converged and a positive-definite
-Laplace Hessian, or a flat ELBO). NUTS is judged against
-:class:`ConvergenceThresholds` over every site: ``max R-hat <= rhat_max``,
-``min ESS_bulk, ESS_tail >= ess_min``, ``divergences / draws <=
-divergence_frac_max`` and ``min E-BFMI >= bfmi_min``.
+``passed_convergence`` comes from the one convergence gate of
+:mod:`shearbatch.core.flags`: the realization's own flags (written by
+``bias-run``), with the threshold gates (R-hat, ESS, divergences, E-BFMI)
+re-evaluated against the thresholds given here (``--convergence-config``;
+the defaults are ``bias-run``'s). ``flags`` lists every flag by name,
+``|``-joined.
 """
 
 from __future__ import annotations
@@ -39,14 +39,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .outputs import CONVERGENCE, POSTERIOR, TRUTH
+from ..core import flags as fl
+from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
+from ..io import CONVERGENCE, POSTERIOR, TRUTH, find_realization_dirs
 
 __all__ = [
     "QUANTILES",
     "STATUSES",
     "SUMMARY_COLUMNS",
-    "ConvergenceThresholds",
-    "convergence_verdict",
+    "DEFAULT_THRESHOLDS",
+    "Thresholds",
+    "convergence_flags",
     "extract_campaign",
     "find_realization_dirs",
     "load_thresholds",
@@ -68,24 +71,9 @@ SUMMARY_COLUMNS = [
     "status", "method",
     *[f"g{i}_{q}" for i in (1, 2) for q in QUANTILES],
     "ess_tail_g1", "ess_tail_g2", "rank_g1", "rank_g2", "pair_id", "pair_sign",
-    "batch_size", "runtime_s", "reason", "truth_from_prior", "path",
+    "batch_size", "runtime_s", "reason", "flags", "truth_from_prior", "path",
 ]  # fmt: skip
-_FILES = (TRUTH, POSTERIOR, CONVERGENCE)
-
-
-class ConvergenceThresholds(NamedTuple):
-    """NUTS convergence gates (Vehtari et al. 2021 for R-hat / ESS; Betancourt 2016 for E-BFMI)."""
-
-    rhat_max: float = 1.01
-    ess_min: float = 400.0
-    divergence_frac_max: float = 0.0
-    bfmi_min: float = 0.3
-
-
-DEFAULT_THRESHOLDS = ConvergenceThresholds()
-
-
-def load_thresholds(path: str | Path | None) -> ConvergenceThresholds:
+def load_thresholds(path: str | Path | None) -> Thresholds:
     """Thresholds from a YAML file (top level or under ``convergence:``); defaults otherwise.
 
     Raises ``ValueError`` (one line naming the key) for unknown keys or non-numbers.
@@ -107,60 +95,22 @@ def load_thresholds(path: str | Path | None) -> ConvergenceThresholds:
         raise ValueError("convergence: expected a mapping")
     out = {}
     for k, v in sec.items():
-        if k not in ConvergenceThresholds._fields:
+        if k not in Thresholds._fields:
             raise ValueError(
-                f"convergence.{k}: unknown key; use {', '.join(ConvergenceThresholds._fields)}"
+                f"convergence.{k}: unknown key; use {', '.join(Thresholds._fields)}"
             )
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
             raise ValueError(f"convergence.{k}: must be a number, got {v!r}")
         out[k] = float(v)
-    return ConvergenceThresholds(**out)
+    return Thresholds(**out)
 
 
-def find_realization_dirs(root: str | Path) -> list[Path]:
-    """Every realization directory under ``root`` (sorted); the search stops inside one."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        names = set(filenames)
-        if any(f in names or any(n.startswith(f".{f}.") for n in names) for f in _FILES):
-            found.append(Path(dirpath))
-            dirnames[:] = []
-        else:
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-    return sorted(found)
-
-
-def _flat(v: Any) -> list[float]:
-    """Every number in a scalar / list / dict-by-site value; None (null, i.e. NaN) -> nan."""
-    if isinstance(v, Mapping):
-        return [x for w in v.values() for x in _flat(w)]
-    if isinstance(v, list | tuple):
-        return [x for w in v for x in _flat(w)]
-    return [math.nan if v is None else float(v)]
-
-
-def convergence_verdict(conv: Mapping[str, Any], th: ConvergenceThresholds) -> tuple[bool, str]:
-    """``(passed, reason)`` of one realization; see the module docstring."""
-    method = conv.get("method")
-    if method != "nuts":
-        ok = bool(conv.get("passed", False))
-        return ok, "" if ok else f"{method}: convergence.json says not passed"
-    checks = [
-        ("rhat", lambda xs: max(xs) <= th.rhat_max, f"max R-hat > {th.rhat_max}"),
-        ("ess_bulk", lambda xs: min(xs) >= th.ess_min, f"min ESS_bulk < {th.ess_min:g}"),
-        ("ess_tail", lambda xs: min(xs) >= th.ess_min, f"min ESS_tail < {th.ess_min:g}"),
-        ("divergence_frac", lambda xs: max(xs) <= th.divergence_frac_max,
-         f"divergence fraction > {th.divergence_frac_max:g}"),
-        ("bfmi", lambda xs: min(xs) >= th.bfmi_min, f"min E-BFMI < {th.bfmi_min:g}"),
-    ]  # fmt: skip
-    failed = []
-    for key, ok_fn, msg in checks:
-        xs = _flat(conv.get(key)) if key in conv else []
-        if not xs or any(math.isnan(x) for x in xs):
-            failed.append(f"{key} missing or NaN")
-        elif not ok_fn(xs):
-            failed.append(msg)
-    return not failed, "; ".join(failed)
+def convergence_flags(conv: Mapping[str, Any], th: Thresholds = DEFAULT_THRESHOLDS) -> int:
+    """A realization's flags with its threshold gates re-evaluated against ``th``."""
+    flags = conv.get("flags")
+    if not isinstance(flags, int):
+        flags = fl.from_names(conv.get("flag_names") or [])
+    return (flags & ~fl.THRESHOLD_GATES) | fl.gate_flags(conv, th)
 
 
 def _site(conv: Mapping[str, Any], key: str, site: str) -> Any:
@@ -188,7 +138,7 @@ def _posterior_columns(path: Path, truth: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_realization(
-    directory: str | Path, thresholds: ConvergenceThresholds = DEFAULT_THRESHOLDS
+    directory: str | Path, thresholds: Thresholds = DEFAULT_THRESHOLDS
 ) -> dict[str, Any]:
     """One summary row (a dict with a subset of :data:`SUMMARY_COLUMNS`) for one directory."""
     d = Path(directory)
@@ -225,6 +175,7 @@ def read_realization(
     batch = conv.get("batch")
     row["batch_size"] = batch.get("size") if isinstance(batch, Mapping) else None
     row["runtime_s"] = conv.get("runtime_s")
+    row["flags"] = "|".join(conv.get("flag_names") or [])
     if conv.get("status") != "ok":
         return done("failed", str(conv.get("reason") or f"status {conv.get('status')!r}"))
     if not truth:
@@ -243,19 +194,20 @@ def read_realization(
         conv.get("divergences"),
         conv.get("divergence_frac"),
     )
-    passed, why = convergence_verdict(conv, thresholds)
-    row["passed_convergence"] = passed
-    return done("ok", why)
+    flags = convergence_flags(conv, thresholds)
+    row["flags"] = "|".join(fl.names(flags))
+    row["passed_convergence"] = flags == 0
+    return done("ok", fl.describe(flags))
 
 
-def _read_chunk(args: tuple[list[str], ConvergenceThresholds]) -> list[dict[str, Any]]:
+def _read_chunk(args: tuple[list[str], Thresholds]) -> list[dict[str, Any]]:
     dirs, th = args
     return [read_realization(p, th) for p in dirs]
 
 
 def extract_campaign(
     root: str | Path,
-    thresholds: ConvergenceThresholds = DEFAULT_THRESHOLDS,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
     *,
     workers: int | None = None,
     progress: bool = False,

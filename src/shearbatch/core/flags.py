@@ -1,0 +1,147 @@
+"""Named failure flags (a bit set, as ngmix does) and the one convergence gate.
+
+Every realization records ``flags`` (an int), the names of the set bits and a
+readable reason. Two kinds of flags:
+
+- *fatal* flags (:data:`FATAL`): the result is unusable (non-finite data or
+  draws, no valid mode, ...); the realization's ``status`` is ``failed``;
+- *gate* flags (:data:`GATES`): the result exists but did not pass a
+  convergence gate (R-hat, ESS, divergences, E-BFMI, optimiser or ELBO not
+  converged); ``status`` stays ``ok`` and ``passed`` is false.
+
+:func:`gate_flags` is the only place the threshold gates are evaluated, with
+:data:`DEFAULT_THRESHOLDS` (``bias-run``) or the user's (``bias-extract
+--convergence-config``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "FATAL",
+    "FLAGS",
+    "GATES",
+    "THRESHOLD_GATES",
+    "Thresholds",
+    "common_flags",
+    "describe",
+    "flag",
+    "gate_flags",
+    "names",
+]
+
+#: name -> (bit, readable reason); the order is the order of cause
+FLAGS: dict[str, tuple[int, str]] = {
+    "NONFINITE_DATA": (1 << 0, "non-finite data (NaN or inf in the stamps)"),
+    "NONFINITE_POTENTIAL": (1 << 1, "non-finite potential at the optimum"),
+    "HESSIAN_NOT_PD": (1 << 2, "Laplace Hessian not positive definite at the optimum"),
+    "NONFINITE_ELBO": (1 << 3, "non-finite ELBO"),
+    "NONFINITE_DRAWS": (1 << 4, "non-finite posterior draws"),
+    "ALL_DIVERGENT": (1 << 5, "every transition diverged"),
+    "CHAINS_STUCK": (1 << 6, "chains never moved"),
+    "INIT_FAILED": (1 << 7, "MAP/Laplace initialisation failed"),
+    "OPT_NOT_CONVERGED": (1 << 8, "optimiser not converged"),
+    "ELBO_NOT_FLAT": (1 << 9, "ELBO still trending at the end of the fit"),
+    "RHAT_HIGH": (1 << 10, "R-hat above threshold"),
+    "ESS_LOW": (1 << 11, "ESS below threshold"),
+    "DIVERGENCES": (1 << 12, "divergent transitions above threshold"),
+    "BFMI_LOW": (1 << 13, "E-BFMI below threshold"),
+}
+
+
+def flag(*names_: str) -> int:
+    out = 0
+    for n in names_:
+        out |= FLAGS[n][0]
+    return out
+
+
+FATAL = flag(
+    "NONFINITE_DATA",
+    "NONFINITE_POTENTIAL",
+    "HESSIAN_NOT_PD",
+    "NONFINITE_ELBO",
+    "NONFINITE_DRAWS",
+    "ALL_DIVERGENT",
+    "CHAINS_STUCK",
+)
+THRESHOLD_GATES = flag("RHAT_HIGH", "ESS_LOW", "DIVERGENCES", "BFMI_LOW")
+GATES = THRESHOLD_GATES | flag("OPT_NOT_CONVERGED", "ELBO_NOT_FLAT", "INIT_FAILED")
+
+
+def names(flags: int) -> list[str]:
+    """Names of the set bits, in order of cause."""
+    return [n for n, (bit, _) in FLAGS.items() if flags & bit]
+
+
+def describe(flags: int, details: Mapping[str, str] | None = None) -> str:
+    """Readable reasons of every set flag, ``; ``-joined (``details`` refines a reason)."""
+    details = details or {}
+    return "; ".join(details.get(n, FLAGS[n][1]) for n in names(flags))
+
+
+class Thresholds(NamedTuple):
+    """Convergence gates (Vehtari et al. 2021 for R-hat / ESS; Betancourt 2016 for E-BFMI)."""
+
+    rhat_max: float = 1.01
+    ess_min: float = 400.0
+    divergence_frac_max: float = 0.0
+    bfmi_min: float = 0.3
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+def _numbers(v: Any) -> list[float]:
+    if isinstance(v, Mapping):
+        return [x for w in v.values() for x in _numbers(w)]
+    if isinstance(v, list | tuple | np.ndarray):
+        return [x for w in np.asarray(v, dtype=object).ravel() for x in _numbers(w)]
+    return [math.nan if v is None else float(v)]
+
+
+def gate_flags(diag: Mapping[str, Any], th: Thresholds = DEFAULT_THRESHOLDS) -> int:
+    """Threshold-gate flags of one realization's diagnostics.
+
+    Reads the standard keys a sampler's ``diagnose`` writes: ``rhat`` (max),
+    ``ess_bulk`` / ``ess_tail`` (min), ``divergence_frac``, ``bfmi`` (min).
+    A key that is absent is not gated (MAP and VI have no R-hat); a key that is
+    present but null or NaN fails its gate.
+    """
+    out = 0
+    checks = [
+        ("rhat", "RHAT_HIGH", lambda xs: max(xs) <= th.rhat_max),
+        ("ess_bulk", "ESS_LOW", lambda xs: min(xs) >= th.ess_min),
+        ("ess_tail", "ESS_LOW", lambda xs: min(xs) >= th.ess_min),
+        ("divergence_frac", "DIVERGENCES", lambda xs: max(xs) <= th.divergence_frac_max),
+        ("bfmi", "BFMI_LOW", lambda xs: min(xs) >= th.bfmi_min),
+    ]
+    for key, name, ok in checks:
+        if key not in diag:
+            continue
+        xs = _numbers(diag[key])
+        if not xs or any(math.isnan(x) for x in xs) or not ok(xs):
+            out |= flag(name)
+    return out
+
+
+def common_flags(obs: np.ndarray, samples: Mapping[str, np.ndarray]) -> tuple[int, dict[str, str]]:
+    """Flags every method shares: non-finite data or draws (with the sites named)."""
+    out, details = 0, {}
+    if not np.all(np.isfinite(obs)):
+        out |= flag("NONFINITE_DATA")
+    bad = sorted(k for k, v in samples.items() if not np.all(np.isfinite(v)))
+    if bad:
+        out |= flag("NONFINITE_DRAWS")
+        details["NONFINITE_DRAWS"] = f"non-finite posterior draws of {', '.join(bad)}"
+    return out, details
+
+
+def from_names(items: Iterable[str]) -> int:
+    return flag(*[n for n in items if n in FLAGS])

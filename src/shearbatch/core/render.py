@@ -1,0 +1,295 @@
+r"""Fourier-space rendering of sheared, PSF-convolved, pixelated galaxy stamps.
+
+A stamp is the galaxy profile :math:`I(\mathbf{x})`, sheared by the intrinsic
+ellipticity ``e`` and then by the lensing shear ``g``, convolved with a
+circular Gaussian PSF and the square pixel, and sampled at pixel centres -- the
+same image as GalSim's
+
+.. code-block:: python
+
+    galsim.Convolve(
+        galsim.Exponential(half_light_radius=hlr, flux=flux)
+        .shear(g1=e1, g2=e2).shear(g1=g1, g2=g2),
+        galsim.Gaussian(sigma=psf_sigma),
+    ).drawImage(nx=nx, ny=ny, scale=scale, offset=offset).array
+
+It is drawn in Fourier space. With the shear matrix of a reduced shear
+:math:`g`,
+
+.. math:: S(g) = \frac{1}{\sqrt{1 - |g|^2}}
+          \begin{pmatrix} 1 + g_1 & g_2 \\ g_2 & 1 - g_1 \end{pmatrix},
+          \qquad A = S(g)\,S(e), \quad \det A = 1,
+
+the sheared profile :math:`I(A^{-1}\mathbf{x})` has transform
+:math:`\tilde I(A^T\mathbf{k})`, so the continuous spectrum of the stamp is
+
+.. math:: \tilde P(\mathbf{k}) = \tilde I(A^T\mathbf{k})\,
+          e^{-\sigma_\mathrm{psf}^2 k^2/2}\,
+          \mathrm{sinc}\tfrac{k_x s}{2\pi}\,\mathrm{sinc}\tfrac{k_y s}{2\pi}\,
+          e^{-i\mathbf{k}\cdot\mathbf{x}_0}
+
+with :math:`\mathrm{sinc}\,u = \sin(\pi u)/(\pi u)`, pixel scale :math:`s` and
+profile centre :math:`\mathbf{x}_0`. Sampling at pixel centres folds the
+spectrum at the pixel Nyquist frequency :math:`\pi/s`, and a real-space period
+of :math:`N s` samples it at :math:`\Delta k = 2\pi/(N s)`:
+
+.. math:: \mathrm{image}[j] = \mathrm{IDFT}_N\Big[\sum_n
+          \tilde P\big(\mathbf{k} + 2\pi\mathbf{n}/s\big)\Big][j].
+
+Per axis we keep the alias ``n = 0`` and the nearest one (``k - 2pi/s sign k``),
+four terms in 2-D. The terms dropped sit at :math:`|k| \ge 2\pi/s`, where the
+pixel response vanishes and the PSF factor is below :math:`\sim 10^{-4}` for
+:math:`\sigma_\mathrm{psf} \ge 2s/3` (e.g. 0.2" at 0.3"/px); their effect is
+below :math:`10^{-7}` of the peak there and far smaller for larger PSFs.
+
+The period :math:`N` (default: the smallest :math:`2^a` or :math:`3\cdot2^a`
+at least twice the larger stamp side, 96 for 48x48) puts the nearest periodic
+copy of the profile at least 1.5 stamp sizes from every stamp pixel, so the
+wrap-around of a profile that has fallen to :math:`\epsilon` of its peak at
+the stamp edge is about :math:`\epsilon^3`. The inverse DFT is a complex FFT
+along :math:`k_y`, keeping the ``ny`` stamp rows, then a small real matrix
+product along :math:`k_x` for the ``nx`` stamp columns (what ``irfft2`` and a
+crop give, at about half the cost). Against GalSim with converged settings the
+result agrees to better than :math:`4\times10^{-7}` of the peak (typically
+:math:`5\times10^{-8}`) in float64.
+
+Profile transforms (GalSim's conventions, :math:`k = |\mathbf{k}|`):
+
+- exponential: :math:`\tilde I(k) = F/(1 + k^2 r_0^2)^{3/2}`,
+  :math:`r_0 = \mathrm{hlr}/1.67834699\ldots`;
+- gaussian: :math:`\tilde I(k) = F \exp(-k^2\sigma^2/2)`,
+  :math:`\sigma = \mathrm{hlr}/\sqrt{2\ln 2}`.
+
+The renderer is total: any finite input gives a finite image and finite
+gradients. Shears and ellipticities with :math:`|g| \ge 1` are pulled back to
+:math:`|g| = 1 - 10^{-6}`, and sizes are clamped to at least ``1e-6`` arcsec.
+These clamps only keep the numerics finite; keeping :math:`|g| < 1` is the
+model layer's job (it parameterises shapes inside the unit disk).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["HLR_TO_R0_EXP", "draw_galaxy"]
+
+#: Half-light radius over scale radius of the exponential profile, hlr = 1.678... r0.
+HLR_TO_R0_EXP = 1.6783469900166608
+_HLR_TO_SIGMA_GAUSS = math.sqrt(2.0 * math.log(2.0))
+_G_MAX = 1.0 - 1e-6
+_MIN_SIZE = 1e-6  # arcsec
+_PROFILES = ("exponential", "gaussian")
+
+
+def _good_fft_size(n: int) -> int:
+    """Smallest 2**a or 3 * 2**a that is >= n (GalSim's ``good_fft_size`` rule)."""
+    p = 1 << max(int(n) - 1, 1).bit_length()
+    return 3 * p // 4 if 3 * p // 4 >= n else p
+
+
+def _default_fft_size(nx: int, ny: int) -> int:
+    """Default real-space period in pixels: a good FFT size >= twice the stamp."""
+    return _good_fft_size(2 * max(nx, ny, 8))
+
+
+@functools.lru_cache(maxsize=64)
+def _static_axes(fft_size: int) -> tuple[np.ndarray, ...]:
+    r"""Dimensionless wave numbers :math:`u = k s` with their nearest alias.
+
+    Returns ``(uy, pix_y, ux, pix_x)`` of shapes ``(2, 1, N)`` and
+    ``(2, N//2 + 1, 1)`` (the grid is laid out ``(kx, ky)``, ky last): index 0
+    of the alias axis is the DFT frequency (``fftfreq`` order in y,
+    ``rfftfreq`` in x), index 1 its nearest alias
+    :math:`u - 2\pi\,\mathrm{sign}\,u`; ``pix`` is the pixel response
+    :math:`\mathrm{sinc}(u/2\pi)`.
+    """
+    two_pi = 2.0 * np.pi
+    uy = two_pi * np.fft.fftfreq(fft_size)
+    uy = np.stack([uy, np.where(uy >= 0.0, uy - two_pi, uy + two_pi)])[:, None, :]
+    ux = two_pi * np.fft.rfftfreq(fft_size)
+    ux = np.stack([ux, ux - two_pi])[:, :, None]
+    return uy, np.sinc(uy / two_pi), ux, np.sinc(ux / two_pi)
+
+
+@functools.lru_cache(maxsize=64)
+def _x_synthesis(fft_size: int, nx: int) -> np.ndarray:
+    r"""Real matrix ``W`` of shape ``(2 (N//2+1), nx)`` for the inverse real DFT in x.
+
+    For a Hermitian spectrum stored on ``kx >= 0``,
+    :math:`f(x) = \frac{1}{N}\sum_{k} w_k \mathrm{Re}[H_k e^{i u_k x}]` with
+    :math:`w_k = 2` except 1 at ``k = 0`` and the Nyquist frequency, so
+    :math:`f = [\mathrm{Re}\,H, \mathrm{Im}\,H]^T W` for the first ``nx``
+    samples only (what ``irfft`` gives, without computing the other ``N - nx``).
+    """
+    ux = 2.0 * np.pi * np.fft.rfftfreq(fft_size)[:, None]
+    weight = np.full_like(ux, 2.0)
+    weight[0] = 1.0
+    if fft_size % 2 == 0:
+        weight[-1] = 1.0
+    x = np.arange(nx)[None, :]
+    return np.concatenate([weight * np.cos(ux * x), -weight * np.sin(ux * x)]) / fft_size
+
+
+def _clamp_shear(g1: jax.Array, g2: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Pull ``|g| >= 1 - 1e-6`` back onto that circle; gradient-safe (double ``where``)."""
+    big = g1 * g1 + g2 * g2 > _G_MAX * _G_MAX
+    norm = jnp.hypot(jnp.where(big, g1, 1.0), jnp.where(big, g2, 0.0))
+    factor = jnp.where(big, _G_MAX / norm, 1.0)
+    return g1 * factor, g2 * factor
+
+
+def _shear_matrix(g1: jax.Array, g2: jax.Array) -> tuple[jax.Array, ...]:
+    """S(g) sqrt(1 - |g|^2) = [[1 + g1, g2], [g2, 1 - g1]] as ``(a, b, c)``, and 1 - |g|^2."""
+    g1, g2 = _clamp_shear(g1, g2)
+    return 1.0 + g1, g2, 1.0 - g1, 1.0 - (g1 * g1 + g2 * g2)
+
+
+def _shear_product(e1, e2, g1, g2) -> tuple[jax.Array, ...]:
+    r"""Entries of :math:`A = S(g) S(e) = T / \sqrt{\mathrm{den}}`.
+
+    Returns ``(t11, t12, t21, t22, den)`` with
+    :math:`\mathrm{den} = (1 - |g|^2)(1 - |e|^2) > 0`.
+    """
+    ea, eb, ec, e_den = _shear_matrix(e1, e2)
+    ga, gb, gc, g_den = _shear_matrix(g1, g2)
+    return ga * ea + gb * eb, ga * eb + gb * ec, gb * ea + gc * eb, gb * eb + gc * ec, e_den * g_den
+
+
+def draw_galaxy(
+    *,
+    profile: str = "exponential",
+    flux,
+    half_light_radius,
+    e1=0.0,
+    e2=0.0,
+    g1=0.0,
+    g2=0.0,
+    offset: Sequence | jax.Array = (0.0, 0.0),
+    psf_sigma,
+    nx: int,
+    ny: int,
+    scale: float,
+    fft_size: int | None = None,
+) -> jax.Array:
+    r"""Draw a sheared galaxy convolved with a Gaussian PSF and the pixel.
+
+    Parameters
+    ----------
+    profile : {"exponential", "gaussian"}, static
+        Radial profile of the unsheared galaxy.
+    flux, half_light_radius : scalar
+        Total flux and half-light radius (arcsec) before shearing; sizes are
+        clamped to at least ``1e-6`` arcsec.
+    e1, e2 : scalar
+        Intrinsic ellipticity as a reduced shear, applied first.
+    g1, g2 : scalar
+        Lensing reduced shear, applied after ``e``: the drawn object is
+        :math:`I(A^{-1}x)` with :math:`A = S(g)S(e)`. ``|e|, |g| >= 1`` are
+        clamped to ``1 - 1e-6`` (keeping them < 1 is the model's job).
+    offset : length-2 sequence or array
+        ``(dx, dy)`` in pixels from the true centre of the stamp (GalSim's
+        ``drawImage`` offset): the profile centre is at column
+        :math:`(n_x - 1)/2 + dx`, row :math:`(n_y - 1)/2 + dy` (0-based).
+    psf_sigma : scalar
+        Gaussian PSF sigma (arcsec), clamped to at least ``1e-6``.
+    nx, ny : int, static
+        Stamp width (columns) and height (rows).
+    scale : float, static
+        Pixel scale, arcsec per pixel.
+    fft_size : int, optional, static
+        Real-space period :math:`N` of the FFT grid in pixels (>= the stamp).
+        Default: the smallest :math:`2^a` or :math:`3\cdot 2^a` >= twice the
+        larger stamp side. The image is periodic in ``offset`` with period N.
+
+    Returns
+    -------
+    jax.Array
+        Image of shape ``(ny, nx)``; pixel values are fluxes (surface
+        brightness integrated over the pixel), summing to ``flux`` for a large
+        enough stamp. Float dtype of the inputs (float32 unless x64 is on).
+
+    Notes
+    -----
+    Works under ``jax.jit`` (static: ``profile, nx, ny, scale, fft_size``),
+    ``jax.vmap`` over the numeric arguments and ``jax.grad``. Cost per stamp:
+    :math:`4 N (N/2+1)` profile evaluations, :math:`N/2+1` complex FFTs of
+    length :math:`N` and a :math:`(n_y, N+2) \times (N+2, n_x)` matrix product.
+    Large vmapped batches run faster in chunks of ~64 stamps (``jax.lax.map``
+    with ``batch_size``), which keep the intermediates in cache.
+    """
+    if profile not in _PROFILES:
+        raise ValueError(f"profile must be one of {_PROFILES}, got {profile!r}")
+    nx, ny = int(nx), int(ny)
+    n = _default_fft_size(nx, ny) if fft_size is None else int(fft_size)
+    if n < max(nx, ny):
+        raise ValueError(f"fft_size={n} is smaller than the stamp ({ny}, {nx})")
+    scale = float(scale)
+
+    dx, dy = offset[0], offset[1]
+    dtype = jnp.result_type(flux, half_light_radius, e1, e2, g1, g2, dx, dy, psf_sigma, float)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+
+    def as_float(x):
+        return jnp.asarray(x, dtype=dtype)
+
+    flux = as_float(flux)
+    size = jnp.maximum(as_float(half_light_radius), _MIN_SIZE)
+    psf_sigma = jnp.maximum(as_float(psf_sigma), _MIN_SIZE)
+    # Profile centre in 0-based pixel coordinates of the stamp (= of the FFT grid).
+    cx = 0.5 * (nx - 1) + as_float(dx)
+    cy = 0.5 * (ny - 1) + as_float(dy)
+
+    uy, pix_y, ux, pix_x = (jnp.asarray(a, dtype=dtype) for a in _static_axes(n))
+    # Galaxy: r^2 |A^T k|^2 = (a ux + c uy)^2 + (b ux + d uy)^2 in u = k s, with r = r0
+    # (exponential) or sigma / sqrt(2) (gaussian, whose transform is then exp(-q)); a sum
+    # of squares stays >= 0 in rounding even for |g| -> 1.
+    hlr_to_r = HLR_TO_R0_EXP if profile == "exponential" else _HLR_TO_SIGMA_GAUSS * math.sqrt(2)
+    t11, t12, t21, t22, den = _shear_product(*(as_float(v) for v in (e1, e2, g1, g2)))
+    den = jnp.sqrt(den) * (hlr_to_r * scale)
+    # XLA fuses cheap producers (products, real cos/sin) into their consumers, so a
+    # per-stamp value broadcast over the 2-D grid would be recomputed at every grid
+    # point; a value ending in a division (expensive to XLA) is computed once.
+    a, b, c, d = size * t11 / den, size * t12 / den, size * t21 / den, size * t22 / den
+    # PSF exp(-psf_sigma^2 k^2 / 2) = exp(-psf u^2), separable; floored at e^-40 so the
+    # quotient below and its gradient stay finite.
+    psf = 0.5 * (psf_sigma / scale) ** 2
+
+    def axis_factor(u, pix, centre, amp):
+        """Separable factor amp pix(u) exp(-psf u^2) exp(-i u centre), as (re, im)."""
+        cos, sin = jnp.cos(u * centre), jnp.sin(u * centre)
+        # cos^2 + sin^2 = 1 to rounding; it puts the division after cos and sin.
+        denom = jnp.exp(jnp.minimum(psf * u * u, 40.0)) * (cos * cos + sin * sin)
+        amp = amp * pix
+        return amp * cos / denom, -amp * sin / denom
+
+    xr, xi = axis_factor(ux, pix_x, cx, flux)  # (2, N//2+1, 1): DFT frequency and its alias
+    yr, yi = axis_factor(uy, pix_y, cy, 1.0)  # (2, 1, N)
+
+    def profile_ft(uy, ux):
+        """Unit-flux profile transform at the sheared wave vector."""
+        q = jnp.square(a * ux + c * uy) + jnp.square(b * ux + d * uy)
+        if profile == "exponential":
+            q = 1.0 + q
+            return jax.lax.rsqrt(q) / q
+        return jnp.exp(-q)
+
+    # Fold the four aliases: G = sum_ab F_ab Px_b Py_a.
+    px = jax.lax.complex(xr, xi)
+    py = jax.lax.complex(yr, yi)
+    spectrum = 0.0
+    for i in range(2):
+        for j in range(2):
+            spectrum = spectrum + profile_ft(uy[i], ux[j]) * (px[j] * py[i])
+    # Inverse DFT: complex FFT along ky, keep the ny rows of the stamp, then the real
+    # inverse transform along kx for the nx columns only, as a small matrix product.
+    half = jnp.fft.ifft(spectrum, axis=-1)[:, :ny]  # (N//2+1, ny)
+    half = jnp.concatenate([half.real, half.imag])  # (2 (N//2+1), ny)
+    synthesis = jnp.asarray(_x_synthesis(n, nx), dtype=dtype)
+    return jnp.einsum("ky,kx->yx", half, synthesis, precision=jax.lax.Precision.HIGHEST)

@@ -1,0 +1,25 @@
+"""Files: the campaign layout, atomic writers and readers. Nothing else knows a file name."""
+
+from .layout import (
+    CONVERGENCE,
+    FILES,
+    POSTERIOR,
+    TRUTH,
+    find_realization_dirs,
+    realization_status,
+)
+from .writer import read_json, read_posterior, to_strict_json, write_json, write_realization
+
+__all__ = [
+    "CONVERGENCE",
+    "FILES",
+    "POSTERIOR",
+    "TRUTH",
+    "find_realization_dirs",
+    "read_json",
+    "read_posterior",
+    "realization_status",
+    "to_strict_json",
+    "write_json",
+    "write_realization",
+]

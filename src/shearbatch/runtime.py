@@ -1,0 +1,84 @@
+"""Process-wide JAX configuration, set once by an entry point (never at import).
+
+:func:`configure` applies x64 and the persistent compilation cache, and
+registers ONE cache-event listener per process; calling it again only changes
+what differs, so ``--preview`` followed by the run (or several in-process CLI
+calls in tests) neither double-counts cache hits nor leaks a listener.
+:func:`scoped` restores the previous flags afterwards (the in-process CLI uses
+it so that a test calling ``bias-run --no-x64`` does not change later tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CACHE_EVENTS", "configure", "default_cache_dir", "reset_cache_events", "scoped"]
+
+logger = logging.getLogger(__name__)
+
+#: persistent compilation cache events since the last :func:`reset_cache_events`
+CACHE_EVENTS = {"hits": 0, "misses": 0}
+_LISTENER: list[Any] = []
+
+
+def default_cache_dir() -> str:
+    """``$SHEARBATCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/shearbatch/jax`` (~/.cache)."""
+    return os.environ.get("SHEARBATCH_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
+    )
+
+
+def _listener(event: str, **_: Any) -> None:
+    if event.endswith("/compilation_cache/cache_hits"):
+        CACHE_EVENTS["hits"] += 1
+    elif event.endswith("/compilation_cache/cache_misses"):
+        CACHE_EVENTS["misses"] += 1
+
+
+def reset_cache_events() -> None:
+    CACHE_EVENTS.update(hits=0, misses=0)
+
+
+def configure(x64: bool, cache_dir: str | None = None) -> str:
+    """Set x64 and the compilation cache (``off`` / ``none`` / ``0`` / empty disables it);
+    returns the cache directory in use (or ``"off"``). Safe to call repeatedly."""
+    import jax
+    from jax import monitoring
+
+    jax.config.update("jax_enable_x64", bool(x64))
+    cache = cache_dir if cache_dir is not None else default_cache_dir()
+    if cache.lower() in ("", "0", "off", "none"):
+        cache = "off"
+    elif jax.config.jax_compilation_cache_dir != cache:
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if not _LISTENER:
+        monitoring.register_event_listener(_listener)
+        _LISTENER.append(_listener)
+    devs = jax.devices()
+    logger.info("JAX %s on %s x%d (%s), x64=%s, compilation cache: %s", jax.__version__,
+                devs[0].platform.upper(), len(devs), devs[0].device_kind, x64, cache)  # fmt: skip
+    return cache
+
+
+@contextlib.contextmanager
+def scoped() -> Iterator[None]:
+    """Restore x64 and the cache settings on exit."""
+    import jax
+
+    keys = ("jax_enable_x64", "jax_compilation_cache_dir",
+            "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes")  # fmt: skip
+    saved = {k: getattr(jax.config, k) for k in keys}
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if getattr(jax.config, k) != v:
+                jax.config.update(k, v)

@@ -1,0 +1,45 @@
+"""The strict config schema: pydantic models, YAML loading, defaults.
+
+Only :mod:`shearbatch.spec` (and the CLI) read it; everything below works on
+the plain values that ``spec`` makes of it.
+"""
+
+from .config import (
+    DIST_TYPES,
+    CampaignConfig,
+    Config,
+    ConfigError,
+    Fixed,
+    Inference,
+    LogNormal,
+    MapConfig,
+    MapInit,
+    Normal,
+    NutsConfig,
+    TruncatedNormal,
+    Uniform,
+    ViConfig,
+    config_hash,
+    load_config,
+    parse_config,
+)
+
+__all__ = [
+    "DIST_TYPES",
+    "CampaignConfig",
+    "Config",
+    "ConfigError",
+    "Fixed",
+    "Inference",
+    "LogNormal",
+    "MapConfig",
+    "MapInit",
+    "Normal",
+    "NutsConfig",
+    "TruncatedNormal",
+    "Uniform",
+    "ViConfig",
+    "config_hash",
+    "load_config",
+    "parse_config",
+]

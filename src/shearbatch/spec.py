@@ -1,0 +1,163 @@
+"""Config -> plain values: the only reader of the schema below the CLI.
+
+The renderer, generator, model and inference methods take these NamedTuples
+(hashable, so they key compiled-program caches), never the pydantic schema.
+
+- :class:`Prior`: ``kind`` in fixed | normal | lognormal | uniform | truncnormal
+  and its numbers (``fixed``: value; ``normal``: mean, sigma; ``lognormal``:
+  median, log-space sigma; ``uniform``: min, max; ``truncnormal``: mean, sigma,
+  min, max with -inf/inf for an open side).
+- :class:`Problem`: one realization's image geometry, PSF, galaxy fields
+  (``flux, hlr, e1, e2, dx, dy``: priors or fixed values), the shear prior and
+  the pixel noise. :func:`problem` gives the model's view, :func:`truth_problem`
+  the generator's (``simulation`` overrides merged in).
+- :class:`RunSpec`: both problems, the inference method's name and plain
+  settings, the inference seed, the config hash and provenance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from .schema import Config, config_hash
+from .schema.distributions import Fixed, LogNormal, Normal, TruncatedNormal, Uniform
+
+__all__ = [
+    "GALAXY_FIELDS",
+    "GalaxyFields",
+    "ImageSpec",
+    "Prior",
+    "Problem",
+    "PsfSpec",
+    "RunSpec",
+    "problem",
+    "run_spec",
+    "truth_problem",
+]
+
+GALAXY_FIELDS = ("flux", "hlr", "e1", "e2", "dx", "dy")
+
+
+class Prior(NamedTuple):
+    kind: str
+    args: tuple[float, ...]
+
+    @property
+    def fixed(self) -> bool:
+        return self.kind == "fixed"
+
+
+class ImageSpec(NamedTuple):
+    nx: int
+    ny: int
+    scale: float  # arcsec / pixel
+    fft_size: int | None
+    n_objects: int
+
+
+class PsfSpec(NamedTuple):
+    profile: str  # "gaussian"
+    sigma: float  # arcsec
+
+
+class GalaxyFields(NamedTuple):
+    flux: Prior
+    hlr: Prior
+    e1: Prior
+    e2: Prior
+    dx: Prior  # pixels from the stamp centre
+    dy: Prior
+
+
+class Problem(NamedTuple):
+    image: ImageSpec
+    psf: PsfSpec
+    profile: str  # "exponential" | "gaussian"
+    fields: GalaxyFields
+    shear: tuple[Prior, Prior]  # priors of (g1, g2)
+    noise_sigma: float
+
+
+class RunSpec(NamedTuple):
+    model: Problem
+    truth: Problem
+    method: str
+    inference: dict[str, Any]  # the plain ``inference`` section (method settings)
+    rng_seed: int
+    config_hash: str
+    provenance: dict[str, Any]  # JSON-ready extras for truth.json (simulation overrides)
+
+
+def to_prior(p: Any) -> Prior:
+    if isinstance(p, Fixed):
+        return Prior("fixed", (float(p.value),))
+    if isinstance(p, Normal):
+        return Prior("normal", (float(p.mean), float(p.sigma)))
+    if isinstance(p, LogNormal):
+        return Prior("lognormal", (float(p.mean), float(p.sigma)))
+    if isinstance(p, Uniform):
+        return Prior("uniform", (float(p.min), float(p.max)))
+    if isinstance(p, TruncatedNormal):
+        lo = -math.inf if p.min is None else float(p.min)
+        hi = math.inf if p.max is None else float(p.max)
+        return Prior("truncnormal", (float(p.mean), float(p.sigma), lo, hi))
+    raise TypeError(f"not a parameter: {p!r}")
+
+
+def _fields(cfg: Config) -> GalaxyFields:
+    """Per-galaxy fields. ``gal.position`` (pixels from the lower-left corner, fractions
+    of the stamp when < 1) becomes a uniform prior on the offset from the stamp centre;
+    without it the galaxy is centred."""
+    g = cfg.gal
+    ell = g.ellipticity
+    zero = Prior("fixed", (0.0,))
+    e1 = to_prior(ell.e1) if ell is not None else zero
+    e2 = to_prior(ell.e2) if ell is not None else zero
+    pos = g.position
+    if pos is None:
+        dx = dy = zero
+    else:
+        nx, ny = cfg.image.size_x, cfg.image.size_y
+
+        def axis(lo: float, hi: float, n: int) -> Prior:
+            lo, hi = (lo * n if abs(lo) < 1 else lo) - n / 2, (hi * n if abs(hi) < 1 else hi) - n / 2
+            return Prior("fixed", (lo,)) if lo == hi else Prior("uniform", (lo, hi))
+
+        dx = axis(pos.x_min, pos.x_max, nx)
+        dy = axis(pos.y_min, pos.y_max, ny)
+    return GalaxyFields(to_prior(g.flux), to_prior(g.half_light_radius), e1, e2, dx, dy)
+
+
+def problem(cfg: Config) -> Problem:
+    """The inference model's view of the config."""
+    im = cfg.image
+    return Problem(
+        image=ImageSpec(im.size_x, im.size_y, float(im.pixel_scale), im.fft_size, im.n_objects),
+        psf=PsfSpec(cfg.psf.type.lower(), float(cfg.psf.sigma)),
+        profile=cfg.gal.type.lower(),
+        fields=_fields(cfg),
+        shear=(to_prior(cfg.gal.shear.g1), to_prior(cfg.gal.shear.g2)),
+        noise_sigma=float(im.noise.sigma),
+    )
+
+
+def truth_problem(cfg: Config) -> Problem:
+    """The generator's view: ``simulation`` overrides merged over ``psf`` / ``gal``."""
+    return problem(cfg.truth())
+
+
+def run_spec(cfg: Config) -> RunSpec:
+    inf = cfg.inference.model_dump(mode="json")
+    prov: dict[str, Any] = {}
+    if cfg.simulation is not None:
+        prov["simulation_overrides"] = cfg.simulation.model_dump(exclude_none=True)
+    return RunSpec(
+        model=problem(cfg),
+        truth=truth_problem(cfg),
+        method=cfg.inference.method,
+        inference=inf,
+        rng_seed=cfg.inference.rng_seed,
+        config_hash=config_hash(cfg),
+        provenance=prov,
+    )
