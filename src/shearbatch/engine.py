@@ -27,6 +27,8 @@ from .core import flags as fl
 from .core.batching import batched, pad_to, realization_keys
 from .core.generate import FIELDS, SimBatch, simulate
 from .core.methods import get as get_method
+from .core.model import SHEAR_SITES
+from .core.priors import prior_sd, shrinkage
 from .core.posterior import build_posterior
 from .io import write_realization
 from .spec import RunSpec
@@ -34,6 +36,9 @@ from .spec import RunSpec
 __all__ = ["CampaignReport", "inference_program", "run_campaign"]
 
 logger = logging.getLogger(__name__)
+
+#: a campaign whose shear prior is predicted to shift m by more than this is prior-dominated
+PRIOR_PULL_MAX = 1e-3
 
 
 class CampaignReport(NamedTuple):
@@ -74,7 +79,7 @@ def run_campaign(
     batches = make_batches(todo, batch_size)
     method, program = inference_program(spec)
     dtype = str(jnp.result_type(float))
-    n_ok, failed, times = 0, [], []
+    n_ok, failed, times, pulls = 0, [], [], []
     bar = _progress_bar(progress, len(todo), spec.method)
     logger.info("campaign: %d realizations, %d batch(es) of %d lanes, method %s, %s",
                 len(todo), len(batches), batch_size, spec.method, dtype)  # fmt: skip
@@ -96,6 +101,7 @@ def run_campaign(
             rec = _records(spec, method, r, lane, obs[b], sim, b, dtype)
             rec["convergence"].update(batch={**report, "lane": b}, runtime_s=t_infer / len(batch))
             write_realization(out_dir(output_dir, r), observed=obs[b], **rec)
+            pulls += [v["shrinkage"] for v in rec["convergence"]["prior"].values()]
             if rec["convergence"]["status"] == "ok":
                 n_ok += 1
             else:
@@ -109,6 +115,11 @@ def run_campaign(
     if bar is not None:
         bar.close()
     wall = time.perf_counter() - t_start
+    if pulls and float(np.median(pulls)) > PRIOR_PULL_MAX:
+        logger.warning("prior-dominated: the shear prior pulls each estimate towards its mean by "
+                       "a median %.2g of the shear (m shifted by about -%.2g); use the default "
+                       "flat prior (gal.shear.type: UniformDisk) for calibration campaigns",
+                       np.median(pulls), np.median(pulls))  # fmt: skip
     logger.info("campaign done: %d ok, %d failed in %.1f s", n_ok, len(failed), wall)
     return CampaignReport(n_ok, len(failed), failed, wall, times)
 
@@ -141,6 +152,9 @@ def _records(spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b:
         **diag.diagnostics,
         "thresholds": fl.DEFAULT_THRESHOLDS._asdict(),
         "passed": flags == 0,
+        "precision": dtype,
+        "snr": np.asarray(sim.snr[b]).tolist(),
+        "prior": prior_influence(spec, lane.samples),
     }
     attrs = {
         "inference_method": spec.method,
@@ -162,6 +176,17 @@ def _records(spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b:
     }
 
 
+def prior_influence(spec: RunSpec, samples) -> dict[str, dict[str, float]]:
+    """Per shear component: posterior / prior width and the prior's predicted pull of
+    the estimate towards the prior mean (``shrinkage``, i.e. -m caused by the prior)."""
+    out = {}
+    for site, p in zip(SHEAR_SITES, spec.model.shear, strict=True):
+        if site in samples and not p.fixed:
+            sd = float(np.std(samples[site]))
+            out[site] = {"width_ratio": sd / prior_sd(p), "shrinkage": shrinkage(p, sd)}
+    return out
+
+
 def truth_record(spec: RunSpec, r: Realization, sim: SimBatch, b: int) -> dict[str, Any]:
     """The JSON-ready ``truth.json`` of lane ``b``."""
     t = spec.truth
@@ -173,6 +198,7 @@ def truth_record(spec: RunSpec, r: Realization, sim: SimBatch, b: int) -> dict[s
         "g2": r.g2,
         "seed": r.seed,
         "noise_sigma": sim.noise_sigma,
+        "snr": np.asarray(sim.snr[b]).tolist(),
         "profile": t.profile,
         "psf": t.psf._asdict(),
         "galaxies": galaxies,

@@ -3,8 +3,9 @@
 The renderer, generator, model and inference methods take these NamedTuples
 (hashable, so they key compiled-program caches), never the pydantic schema.
 
-- :class:`Prior`: ``kind`` in fixed | normal | lognormal | uniform | truncnormal
-  and its numbers (``fixed``: value; ``normal``: mean, sigma; ``lognormal``:
+- :class:`Prior`: ``kind`` in fixed | flat | normal | lognormal | uniform |
+  truncnormal and its numbers (``flat``: none; the shear's default, flat on the
+  unit disk) (``fixed``: value; ``normal``: mean, sigma; ``lognormal``:
   median, log-space sigma; ``uniform``: min, max; ``truncnormal``: mean, sigma,
   min, max with -inf/inf for an open side).
 - :class:`Problem`: one realization's image geometry, PSF, galaxy fields
@@ -76,13 +77,14 @@ class Problem(NamedTuple):
     profile: str  # "exponential" | "gaussian"
     fields: GalaxyFields
     shear: tuple[Prior, Prior]  # priors of (g1, g2)
-    noise_sigma: float
+    noise_sigma: float  # per pixel (from image.noise.sigma, or implied by image.noise.snr)
 
 
 class RunSpec(NamedTuple):
     model: Problem
     truth: Problem
     method: str
+    precision: str  # "float64" | "float32"
     inference: dict[str, Any]  # the plain ``inference`` section (method settings)
     rng_seed: int
     config_hash: str
@@ -129,17 +131,30 @@ def _fields(cfg: Config) -> GalaxyFields:
     return GalaxyFields(to_prior(g.flux), to_prior(g.half_light_radius), e1, e2, dx, dy)
 
 
+def _shear(cfg: Config) -> tuple[Prior, Prior]:
+    sh = cfg.gal.shear
+    if sh.type == "UniformDisk":
+        return Prior("flat", ()), Prior("flat", ())
+    return to_prior(sh.g1), to_prior(sh.g2)
+
+
 def problem(cfg: Config) -> Problem:
     """The inference model's view of the config."""
     im = cfg.image
-    return Problem(
+    out = Problem(
         image=ImageSpec(im.size_x, im.size_y, float(im.pixel_scale), im.fft_size, im.n_objects),
         psf=PsfSpec(cfg.psf.type.lower(), float(cfg.psf.sigma)),
         profile=cfg.gal.type.lower(),
         fields=_fields(cfg),
-        shear=(to_prior(cfg.gal.shear.g1), to_prior(cfg.gal.shear.g2)),
-        noise_sigma=float(im.noise.sigma),
+        shear=_shear(cfg),
+        noise_sigma=1.0,
     )
+    if im.noise.sigma is not None:
+        return out._replace(noise_sigma=float(im.noise.sigma))
+    from .core.snr import reference_signal
+
+    sigma = reference_signal(out) / float(im.noise.snr)
+    return out._replace(noise_sigma=float(f"{sigma:.6g}"))
 
 
 def truth_problem(cfg: Config) -> Problem:
@@ -156,6 +171,7 @@ def run_spec(cfg: Config) -> RunSpec:
         model=problem(cfg),
         truth=truth_problem(cfg),
         method=cfg.inference.method,
+        precision=cfg.inference.precision,
         inference=inf,
         rng_seed=cfg.inference.rng_seed,
         config_hash=config_hash(cfg),

@@ -4,10 +4,11 @@ Every realization records ``flags`` (an int), the names of the set bits and a
 readable reason. Two kinds of flags:
 
 - *fatal* flags (:data:`FATAL`): the result is unusable (non-finite data or
-  draws, no valid mode, ...); the realization's ``status`` is ``failed``;
+  draws, no valid or no converged mode, ...); the realization's ``status`` is
+  ``failed``;
 - *gate* flags (:data:`GATES`): the result exists but did not pass a
-  convergence gate (R-hat, ESS, divergences, E-BFMI, optimiser or ELBO not
-  converged); ``status`` stays ``ok`` and ``passed`` is false.
+  convergence gate (R-hat, ESS, divergences, E-BFMI, ELBO still trending);
+  ``status`` stays ``ok`` and ``passed`` is false.
 
 :func:`gate_flags` is the only place the threshold gates are evaluated, with
 :data:`DEFAULT_THRESHOLDS` (``bias-run``) or the user's (``bias-extract
@@ -45,8 +46,7 @@ FLAGS: dict[str, tuple[int, str]] = {
     "NONFINITE_DRAWS": (1 << 4, "non-finite posterior draws"),
     "ALL_DIVERGENT": (1 << 5, "every transition diverged"),
     "CHAINS_STUCK": (1 << 6, "chains never moved"),
-    "INIT_FAILED": (1 << 7, "MAP/Laplace initialisation failed"),
-    "OPT_NOT_CONVERGED": (1 << 8, "optimiser not converged"),
+    "OPT_NOT_CONVERGED": (1 << 8, "optimiser not converged (Newton decrement above tolerance)"),
     "ELBO_NOT_FLAT": (1 << 9, "ELBO still trending at the end of the fit"),
     "RHAT_HIGH": (1 << 10, "R-hat above threshold"),
     "ESS_LOW": (1 << 11, "ESS below threshold"),
@@ -70,9 +70,10 @@ FATAL = flag(
     "NONFINITE_DRAWS",
     "ALL_DIVERGENT",
     "CHAINS_STUCK",
+    "OPT_NOT_CONVERGED",
 )
 THRESHOLD_GATES = flag("RHAT_HIGH", "ESS_LOW", "DIVERGENCES", "BFMI_LOW")
-GATES = THRESHOLD_GATES | flag("OPT_NOT_CONVERGED", "ELBO_NOT_FLAT", "INIT_FAILED")
+GATES = THRESHOLD_GATES | flag("ELBO_NOT_FLAT")
 
 
 def names(flags: int) -> list[str]:

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from .priors import to_distribution
 from .render import draw_galaxy
 
-__all__ = ["FIELDS", "SimBatch", "render_stamps", "simulate"]
+__all__ = ["FIELDS", "SimBatch", "render_stamps", "simulate", "stamp_snr"]
 
 FIELDS = ("flux", "hlr", "e1", "e2", "dx", "dy")
 
@@ -36,13 +36,20 @@ class SimBatch(NamedTuple):
     """Stacked observations of a batch.
 
     images: (B, M, H, W) noisy stamps; noise_sigma: scalar; g: (B, 2) true shear;
-    params: {field: (B, M)} true per-galaxy parameters (``FIELDS``).
+    params: {field: (B, M)} true per-galaxy parameters (``FIELDS``);
+    snr: (B, M) matched-filter S/N of each noiseless stamp.
     """
 
     images: jax.Array
     noise_sigma: float
     g: jax.Array
     params: dict[str, jax.Array]
+    snr: jax.Array
+
+
+def stamp_snr(clean: jax.Array, sigma: float) -> jax.Array:
+    """Matched-filter S/N ``sqrt(sum I^2) / sigma`` of each stamp of ``clean`` (..., H, W)."""
+    return jnp.sqrt(jnp.sum(clean * clean, axis=(-2, -1))) / sigma
 
 
 def render_stamps(problem, params: dict[str, jax.Array], g: jax.Array) -> jax.Array:
@@ -76,24 +83,41 @@ def render_stamps(problem, params: dict[str, jax.Array], g: jax.Array) -> jax.Ar
 
 
 def _draw_params(problem, key: jax.Array) -> dict[str, jax.Array]:
+    """True per-galaxy fields, drawn in float32 whatever the working precision (then
+    cast), so a seed gives the same galaxy in a float32 and a float64 campaign."""
     m = problem.image.n_objects
+    dtype = jnp.result_type(float)
     out = {}
     for i, (name, p) in enumerate(problem.fields._asdict().items()):
         if p.fixed:
-            out[name] = jnp.full((m,), p.args[0], dtype=jnp.result_type(float))
+            out[name] = jnp.full((m,), p.args[0], dtype=dtype)
         else:
-            out[name] = to_distribution(p).sample(jax.random.fold_in(key, i), (m,))
+            out[name] = _draw(p, jax.random.fold_in(key, i), m, dtype)
     return out
 
 
-def simulate_one(problem, seed: jax.Array, g: jax.Array) -> tuple[jax.Array, dict]:
-    """Noisy stamps (M, H, W) and true parameters of ONE realization."""
+def _draw(p, key: jax.Array, m: int, dtype) -> jax.Array:
+    """(m,) draws of prior ``p`` from float32 standard variates."""
+    a = p.args
+    if p.kind in ("normal", "lognormal"):
+        z = jax.random.normal(key, (m,), jnp.float32).astype(dtype)
+        return a[0] + a[1] * z if p.kind == "normal" else a[0] * jnp.exp(a[1] * z)
+    u = jax.random.uniform(key, (m,), jnp.float32).astype(dtype)
+    if p.kind == "uniform":
+        return a[0] + (a[1] - a[0]) * u
+    return to_distribution(p).icdf(u)
+
+
+def simulate_one(problem, seed: jax.Array, g: jax.Array) -> tuple[jax.Array, dict, jax.Array]:
+    """Noisy stamps (M, H, W), true parameters and matched-filter S/N (M,) of ONE
+    realization. The noise field is drawn in float32 and cast: the same data (to the
+    float32 rounding of the clean image) in a float32 and a float64 campaign."""
     key = jax.random.PRNGKey(seed)
     k_par, k_noise = jax.random.split(key)
     params = _draw_params(problem, k_par)
     clean = render_stamps(problem, params, g)
-    noise = problem.noise_sigma * jax.random.normal(k_noise, clean.shape, clean.dtype)
-    return clean + noise, params
+    noise = jax.random.normal(k_noise, clean.shape, jnp.float32).astype(clean.dtype)
+    return clean + problem.noise_sigma * noise, params, stamp_snr(clean, problem.noise_sigma)
 
 
 _SIMULATORS: dict[Any, Any] = {}
@@ -113,5 +137,5 @@ def simulate(problem, seeds: Sequence[int], g: Sequence[tuple[float, float]]) ->
     images have shape (B, M, H, W)."""
     seeds_a = jnp.asarray(seeds, dtype=jnp.uint32)
     g_a = jnp.asarray(g, dtype=jnp.result_type(float))
-    images, params = _simulator(problem)(seeds_a, g_a)
-    return SimBatch(images, problem.noise_sigma, g_a, params)
+    images, params, snr = _simulator(problem)(seeds_a, g_a)
+    return SimBatch(images, problem.noise_sigma, g_a, params, snr)

@@ -13,12 +13,23 @@ from typing import Any
 import numpy as np
 import numpyro.distributions as dist
 
-__all__ = ["draw_numpy", "draw_shear_from_prior", "prior_mean", "to_distribution"]
+__all__ = [
+    "draw_numpy",
+    "draw_shear_from_prior",
+    "prior_mean",
+    "prior_sd",
+    "shrinkage",
+    "to_distribution",
+]
 
 
 def to_distribution(p: Any) -> dist.Distribution:
     """NumPyro distribution of a non-fixed prior."""
     a = p.args
+    if p.kind == "flat":  # flat on the real line; the model restricts g to the unit disk
+        from numpyro.distributions import constraints
+
+        return dist.ImproperUniform(constraints.real, (), ())
     if p.kind == "normal":
         return dist.Normal(a[0], a[1])
     if p.kind == "lognormal":
@@ -36,7 +47,29 @@ def prior_mean(p: Any) -> float:
     """Mean of a prior (the value of a fixed one); concrete, batch independent."""
     if p.kind == "fixed":
         return p.args[0]
+    if p.kind == "flat":
+        return 0.0
     return float(to_distribution(p).mean)
+
+
+def prior_sd(p: Any) -> float:
+    """Standard deviation of a prior; ``flat`` (a shear component uniform on the unit
+    disk) has 1/2."""
+    if p.kind == "fixed":
+        return 0.0
+    if p.kind == "flat":
+        return 0.5
+    return float(np.sqrt(to_distribution(p).variance))
+
+
+def shrinkage(p: Any, post_sd: float) -> float:
+    """Predicted fractional pull of the posterior mean towards the prior mean
+    (-m caused by the prior): ``(sd_post / sd_prior)^2`` for a Normal prior on a
+    Gaussian likelihood (exact there), 0 for flat and uniform priors (no pull away
+    from their bounds; the MAP is taken without the transform's Jacobian)."""
+    if p.kind in ("normal", "truncnormal", "lognormal"):
+        return float((post_sd / prior_sd(p)) ** 2)
+    return 0.0
 
 
 def draw_numpy(p: Any, rng: np.random.Generator) -> float:
@@ -44,6 +77,8 @@ def draw_numpy(p: Any, rng: np.random.Generator) -> float:
     a = p.args
     if p.kind == "fixed":
         return a[0]
+    if p.kind == "flat":  # a shear component: rejection to the unit disk is the caller's
+        return float(rng.uniform(-1.0, 1.0))
     if p.kind == "normal":
         return float(rng.normal(a[0], a[1]))
     if p.kind == "lognormal":

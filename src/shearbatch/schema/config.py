@@ -80,8 +80,24 @@ ParamT = Dist
 
 
 class Noise(_Strict):
+    """Gaussian pixel noise: give ``sigma`` (flux units per pixel) or ``snr``.
+
+    ``snr`` is the matched-filter S/N of the noiseless stamp of the reference
+    galaxy (every field at its prior mean, unsheared, centred):
+    ``snr = sqrt(sum_pixels I^2) / sigma``; the pixel sigma it implies (6
+    significant digits) is the same for every realization, and each galaxy's own
+    S/N (its drawn flux and size) is reported in ``convergence.json``.
+    """
+
     type: Literal["Gaussian"] = "Gaussian"
-    sigma: Positive
+    sigma: Positive | None = None
+    snr: Positive | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Noise:
+        if (self.sigma is None) == (self.snr is None):
+            raise ValueError("give exactly one of sigma (per pixel) and snr (matched-filter S/N)")
+        return self
 
 
 class Image(_Strict):
@@ -130,21 +146,36 @@ class Ellipticity(_Strict):
 
 
 class Shear(_Strict):
-    """Prior on the inferred shear; the true shear comes from the campaign."""
+    """Prior on the inferred shear; the true shear comes from the campaign.
 
-    type: Literal["G1G2"] = "G1G2"
-    g1: ParamT = Normal(type="Normal", mean=0.0, sigma=0.05)
-    g2: ParamT = Normal(type="Normal", mean=0.0, sigma=0.05)
+    ``UniformDisk`` (default): flat on |g| < 1, no transform, so neither the prior
+    nor a Jacobian shrinks the estimate (a calibration campaign must not be
+    decided by its prior). ``G1G2``: a prior per component (``g1``, ``g2``), e.g.
+    the proper prior of an SBC campaign (``campaign.shear_from_prior``).
+    """
+
+    type: Literal["UniformDisk", "G1G2"] = "UniformDisk"
+    g1: ParamT | None = None
+    g2: ParamT | None = None
 
     @field_validator("g1", "g2", mode="before")
     @classmethod
     def _param(cls, v: Any) -> Any:
-        return _as_param(v)
+        return None if v is None else _as_param(v)
+
+    @model_validator(mode="after")
+    def _kind(self) -> Shear:
+        for k in ("g1", "g2"):
+            if self.type == "UniformDisk" and getattr(self, k) is not None:
+                raise ValueError(f"{k}: only with type G1G2 (UniformDisk has no parameters)")
+            if self.type == "G1G2" and getattr(self, k) is None:
+                raise ValueError(f"{k}: required with type G1G2")
+        return self
 
     @field_validator("g1", "g2")
     @classmethod
     def _unit(cls, v: Any) -> Any:
-        if not _bounded_unit(v):
+        if v is not None and not _bounded_unit(v):
             raise ValueError("|g| must be < 1")
         return v
 

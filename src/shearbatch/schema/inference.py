@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
+from ..core.methods import DEFAULT as DEFAULT_METHOD
 from ..core.methods import names as method_names
 from .distributions import Count, Positive
 from .distributions import StrictModel as _Strict
@@ -72,7 +73,10 @@ class ViConfig(_Strict):
 
 
 class Inference(_Strict):
-    method: str = "map"
+    method: str = DEFAULT_METHOD
+    # float64 is the default: at high S/N float32 rounding is not negligible against the
+    # noise (README "Precision"); --x64 / --no-x64 override it
+    precision: Literal["float64", "float32"] = "float64"
     map_config: MapConfig = MapConfig()
     nuts_config: NutsConfig = NutsConfig()
     vi_config: ViConfig = ViConfig()

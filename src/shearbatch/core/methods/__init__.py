@@ -16,7 +16,10 @@ from typing import Any
 
 from .base import Diagnosis, Draws, Method
 
-__all__ = ["REGISTRY", "Diagnosis", "Draws", "Method", "get", "names", "register"]
+__all__ = ["DEFAULT", "REGISTRY", "Diagnosis", "Draws", "Method", "get", "names", "register"]
+
+#: the method of a config that names none
+DEFAULT = "map"
 
 #: name -> factory, or "module:attribute" of a factory imported on first use
 REGISTRY: dict[str, Callable[[Mapping[str, Any]], Method] | str] = {

@@ -1,9 +1,19 @@
-"""MAP per realization (L-BFGS or Adam) plus a Laplace approximation.
+"""MAP per realization (damped Newton, L-BFGS or Adam) plus a Laplace approximation.
 
-For one realization with potential U(x) = -log p(x, d) in unconstrained space:
+For one realization, with the physical parameters theta = T(x) of an
+unconstrained vector x and V(x) = -log p(T(x), d) (the posterior density in
+the physical parameters, WITHOUT the log-Jacobian of T):
 
-    x* = argmin U(x)                       (optax L-BFGS with zoom line search, or Adam)
-    Sigma = H^{-1},  H = d^2 U / dx^2 (x*)  (Laplace approximation)
+    x* = argmin V(x)                       (theta* = T(x*) is the posterior mode in theta)
+    Sigma = H^{-1},  H = d^2 V / dx^2 (x*)  (Laplace approximation)
+
+At the mode the gradient vanishes, so H = J^T H_theta J (J = dT/dx): the
+Gaussian N(x*, H^-1) mapped through T has, to first order, the covariance
+H_theta^-1 of the Laplace approximation in the physical parameters, while its
+draws stay inside every support. For g (no transform) both are exact. (The
+potential with the Jacobian, which NUTS samples, would put the mode of a
+bounded prior's latent elsewhere: measured m = -0.02 at S/N 30 with a
+U(-0.9, 0.9) shear prior.)
 
 The written posterior is ``num_samples`` draws of N(x*, Sigma), mapped to the
 constrained space. Draws come in antithetic pairs (x* + L^-T eps, x* - L^-T eps
@@ -25,9 +35,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
-
 import numpy as np
+import optax
 
 from ..flags import flag
 from .base import Diagnosis, Draws, Method
@@ -51,6 +60,12 @@ class MapSettings(NamedTuple):
     learning_rate: float
     tol: float | None
     num_samples: int
+
+
+#: a MAP fit is converged when the Newton decrement at its end, g^T H^-1 g / 2 (the
+#: predicted log-density gain still to be had, whatever the dtype, optimiser or
+#: parameter scale), is below this: the mode is then within 0.014 posterior sigma
+DECREMENT_TOL = 1e-4
 
 
 def default_tol(dtype, optimizer: str = "newton") -> float:
@@ -186,6 +201,7 @@ class Laplace(NamedTuple):
     chol: jax.Array  # (D, D) lower Cholesky factor of the Hessian, H = L L^T
     scale: jax.Array  # (D, D) L^-T: x = x* + L^-T eps has covariance H^-1
     ok: jax.Array  # Hessian finite and positive definite
+    decrement: jax.Array  # g^T H^-1 g / 2 at x*: predicted distance to the mode (log density)
 
 
 def laplace(obs: jax.Array, model, settings: MapSettings) -> Laplace:
@@ -193,26 +209,27 @@ def laplace(obs: jax.Array, model, settings: MapSettings) -> Laplace:
     :class:`shearbatch.core.posterior.Posterior`)."""
     x0 = model.x0.astype(obs.dtype)
     if settings.optimizer == "newton":
-        fun = functools.partial(lambda x, o: model.potential_fn(x, o), o=obs)
+        fun = functools.partial(lambda x, o: model.mode_fn(x, o), o=obs)
         tol = default_tol(x0.dtype) if settings.tol is None else settings.tol
         opt, hess = _newton(x0, fun, num_steps=settings.num_steps, tol=tol)
     else:
         opt = optimize(
             x0,
             obs,
-            model.potential_fn,
+            model.mode_fn,
             num_steps=settings.num_steps,
             optimizer=settings.optimizer,
             learning_rate=settings.learning_rate or 0.1,
             tol=settings.tol,
         )
-        hess = jax.hessian(model.potential_fn)(opt.x, obs)
+        hess = jax.hessian(model.mode_fn)(opt.x, obs)
     hess = 0.5 * (hess + hess.T)
     chol = jnp.linalg.cholesky(hess)
     ok = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.isfinite(hess))
     eye = jnp.eye(x0.shape[0], dtype=x0.dtype)
     scale = jax.scipy.linalg.solve_triangular(chol.T, eye, lower=False)  # L^-T
-    return Laplace(opt, chol, scale, ok)
+    w = scale.T @ jax.grad(model.mode_fn)(opt.x, obs)  # L^-1 g: |w|^2 = g^T H^-1 g
+    return Laplace(opt, chol, scale, ok, 0.5 * jnp.sum(w * w))
 
 
 def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings) -> Draws:
@@ -231,6 +248,7 @@ def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings) ->
         "grad_norm": lap.opt.grad_norm,
         "n_steps": lap.opt.n_steps,
         "converged": lap.opt.converged,
+        "decrement": lap.decrement,
         "laplace_ok": lap.ok,
         "std": std,
     }
@@ -255,11 +273,14 @@ def diagnose(draws: Draws) -> Diagnosis:
         flags |= flag("NONFINITE_POTENTIAL")
     if not bool(info["laplace_ok"]):
         flags |= flag("HESSIAN_NOT_PD")
-    if not bool(info["converged"]):
+    converged = bool(info["converged"]) and float(info["decrement"]) <= DECREMENT_TOL
+    if not converged:
         flags |= flag("OPT_NOT_CONVERGED")
     diag = {
         "optimizer": {
-            "converged": bool(info["converged"]),
+            "converged": converged,
+            "stopping_rule_met": bool(info["converged"]),
+            "newton_decrement": float(info["decrement"]),
             "n_steps": int(info["n_steps"]),
             "grad_norm": float(info["grad_norm"]),
             "potential": float(info["potential"]),
