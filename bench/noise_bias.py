@@ -31,6 +31,28 @@ def _run(cmd: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def planning(csv: Path, point: str) -> dict:
+    """sigma_m per 1,000 realizations, paired (the pair differences) and unpaired (what
+    independent seeds at +g and -g would give: the per-realization scatter), and the
+    realizations needed for sigma_m = 1e-3 with each design."""
+    import numpy as np
+    import pandas as pd
+
+    df = pd.read_csv(csv)
+    df = df[(df["status"] == "ok") & df["passed_convergence"].astype(bool)]
+    col = f"g1_{point}"
+    wide = df.pivot_table(index="seed", columns="g1_true", values=col).dropna()
+    lo, hi = wide.columns.min(), wide.columns.max()
+    g = (hi - lo) / 2
+    per_pair = ((wide[hi] - wide[lo]) / (2 * g)).std(ddof=1)  # m scatter of one pair (2 images)
+    unpaired = np.sqrt(wide[hi].var(ddof=1) + wide[lo].var(ddof=1)) / (2 * g)
+    out = {}
+    for name, s in (("paired", per_pair), ("unpaired", unpaired)):
+        out[f"sigma_m_per_1000_{name}"] = float(s / np.sqrt(500))  # 1,000 images = 500 pairs
+        out[f"n_for_1e-3_{name}"] = int(np.ceil(2 * (s / 1e-3) ** 2))
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--snr", type=int, nargs="+", default=[15, 30, 100])
@@ -63,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
             res = json.loads((out / tag / "bias_results.json").read_text())
             row = {"method": method, "snr": snr, "wall_s": round(wall, 1),
                    **{k: res.get(k) for k in ("m1", "m1_err", "c1", "c1_err", "n_used",
-                                              "n_realizations", "estimator")}}  # fmt: skip
+                                              "n_realizations", "estimator")},
+                   **planning(out / f"{tag}.csv", a.point)}  # fmt: skip
             rows.append(row)
             commands += [" ".join(c[:1] and [Path(c[0]).name, *c[1:]]) for c in (run, ext, st)]
             print(f"{method:5s} S/N {snr:4d}: m1 = {row['m1']:+.4f} +- {row['m1_err']:.4f}, "

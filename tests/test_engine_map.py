@@ -18,8 +18,8 @@ import shearbatch.engine as engine
 from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
-from shearbatch.schema import load_config
 from shearbatch.io import read_json, read_posterior
+from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 
 GRID = ["-0.05", "-0.02", "0", "0.02", "0.05"]
@@ -293,9 +293,7 @@ def test_campaign_compiles_once(module_tmp, quiet_cfg, monkeypatch):
     traces = count_calls(monkeypatch, map_, "fit")
     cfg = load_config(quiet_cfg)
     plan = plan_campaign([0.01, 0.02, 0.03, 0.04, 0.05], n_realizations=1)
-    report = engine.run_campaign(
-        run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=2
-    )
+    report = engine.run_campaign(run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=2)
     assert report.n_ok == 5 and len(report.batch_times) == 3
     assert len(traces) == 1
 

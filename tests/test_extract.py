@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from shearbatch.analysis import extract
 from shearbatch.cli import bias_extract, bias_run, bias_stats
+from shearbatch.core import flags as fl
 
 GRID = ["-0.05", "-0.02", "0.02", "0.05"]
 
@@ -63,6 +64,10 @@ def test_extract_reports_each_status_and_stats_excludes_them(damaged, tmp_path):
     ok = by[by["status"] == "ok"]
     assert ok["passed_convergence"].all() and (ok["method"] == "map").all()
     assert ok[["g1_mean", "g1_std", "g1_q025", "g1_q975", "rank_g1", "seed"]].notna().all().all()
+    # the mode is convergence.json's map_estimate (MAP: its antithetic draws average to it)
+    assert bad[["g1_mode", "g2_mode"]].isna().all().all()
+    assert ok[["g1_mode", "g2_mode"]].notna().all().all()
+    assert ((ok["g1_mode"] - ok["g1_mean"]).abs() < 1e-3 * ok["g1_std"]).all()
     assert (ok["g1_q025"] < ok["g1_q16"]).all() and (ok["g1_q84"] < ok["g1_q975"]).all()
     assert ok[["rhat_g1", "ess_g1", "divergences"]].isna().all().all()  # MAP: not applicable
     assert (ok["batch_size"] == 12).all()
@@ -70,13 +75,31 @@ def test_extract_reports_each_status_and_stats_excludes_them(damaged, tmp_path):
 
     res = CliRunner().invoke(bias_stats, ["--input", str(out), "--output-dir", str(tmp_path / "st"),
                                           "--no-plots"])  # fmt: skip
-    assert res.exit_code == 1, res.output  # 9 / 12 usable is below the level-0 gate
+    assert res.exit_code == 1, res.output  # 9 / 12 usable is below the level-0 gate: FAIL
     assert "excluded: status corrupt: 1, status failed: 1, status incomplete: 1" in res.output
     results = json.loads((tmp_path / "st" / "bias_results.json").read_text())
     assert results["n_realizations"] == 12 and results["n_used"] == 9
     assert (results["n_ok"], results["n_failed"], results["n_incomplete"]) == (9, 1, 1)
     frac = next(c for c in results["criteria"] if c["name"] == "fraction converged")
     assert frac["value"] == pytest.approx(0.75) and not frac["passed"]
+    assert frac["status"] == "fail" and results["verdict"] == "FAIL"
+    assert "verdict: FAIL (exit 1)" in res.output
+
+
+def test_old_convergence_json_without_map_estimate_leaves_the_mode_empty(campaign, tmp_path):
+    d = next((campaign / "task0").iterdir())
+    conv = json.loads((d / "convergence.json").read_text())
+    conv.pop("map_estimate")
+    old = tmp_path / d.name
+    shutil.copytree(d, old)
+    (old / "convergence.json").write_text(json.dumps(conv))
+    row = extract.read_realization(old)
+    assert row["status"] == "ok" and row["g1_mode"] is None and row["g2_mode"] is None
+    assert extract.read_realization(d)["g1_mode"] == conv_mode(d)
+
+
+def conv_mode(d):
+    return json.loads((d / "convergence.json").read_text())["map_estimate"]["g1"]
 
 
 def test_parallel_reads_equal_serial_reads(campaign):
@@ -87,15 +110,23 @@ def test_parallel_reads_equal_serial_reads(campaign):
 
 
 def test_nuts_convergence_uses_the_thresholds():
-    th = extract.ConvergenceThresholds(rhat_max=1.01, ess_min=400, divergence_frac_max=0.0)
-    good = {"method": "nuts", "rhat": {"g1": 1.001, "g2": 1.002}, "ess_bulk": {"g1": 900},
-            "ess_tail": {"g1": 800}, "divergence_frac": 0.0, "bfmi": [0.9, 1.0]}  # fmt: skip
-    assert extract.convergence_verdict(good, th) == (True, "")
-    ok, why = extract.convergence_verdict({**good, "rhat": {"g1": 1.05, "g2": None}}, th)
-    assert not ok and "rhat" in why
-    ok, why = extract.convergence_verdict({**good, "divergence_frac": 0.01}, th)
-    assert not ok and "divergence" in why
-    assert extract.convergence_verdict({"method": "map", "passed": True}, th)[0]
+    th = extract.Thresholds(rhat_max=1.01, ess_min=400, divergence_frac_max=0.0)
+    good = {"method": "nuts", "flags": 0, "rhat": {"g1": 1.001, "g2": 1.002},
+            "ess_bulk": {"g1": 900}, "ess_tail": {"g1": 800}, "divergence_frac": 0.0,
+            "bfmi": [0.9, 1.0]}  # fmt: skip
+    assert extract.convergence_flags(good, th) == 0
+    bad = extract.convergence_flags({**good, "rhat": {"g1": 1.05, "g2": None}}, th)
+    assert fl.names(bad) == ["RHAT_HIGH"]
+    bad = extract.convergence_flags({**good, "divergence_frac": 0.01}, th)
+    assert fl.names(bad) == ["DIVERGENCES"]
+    # a gate bias-run set is re-evaluated against the thresholds given here
+    stored = {**good, "flags": fl.flag("RHAT_HIGH"), "rhat": {"g1": 1.03, "g2": 1.0}}
+    assert extract.convergence_flags(stored, th) == fl.flag("RHAT_HIGH")
+    assert extract.convergence_flags(stored, th._replace(rhat_max=1.05)) == 0
+    # MAP has no threshold gates: its own flags decide
+    assert extract.convergence_flags({"method": "map", "flags": 0}, th) == 0
+    opt = fl.flag("OPT_NOT_CONVERGED")
+    assert extract.convergence_flags({"method": "map", "flags": opt}, th) == opt
 
 
 def test_thresholds_yaml_and_bad_input(tmp_path, campaign):

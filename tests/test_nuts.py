@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import shearbatch.engine as engine
 import shearbatch.core.methods.nuts as nuts
+import shearbatch.engine as engine
 from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
-from shearbatch.schema import load_config
-from shearbatch.io import read_json, read_posterior
 from shearbatch.core.generate import render_stamps
+from shearbatch.io import read_json, read_posterior
+from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 
 GRID = ["0.03", "-0.02"]
@@ -233,9 +233,7 @@ def test_nuts_program_compiles_once_per_campaign_with_two_galaxies(
         }
     )
     plan = plan_campaign([0.01, 0.02, 0.03], n_realizations=2, base_seed=0)  # 6 = 4 + 2 padded
-    report = engine.run_campaign(
-        run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=4
-    )
+    report = engine.run_campaign(run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=4)
     assert len(report.batch_times) == 2 and len(traces) == 1
     post = read_posterior(module_tmp / "once" / plan[0].run_id / "posterior.nc")
     assert post["g1"].shape == (4, 20) and post["dx"].shape == (4, 20, 2)

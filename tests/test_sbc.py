@@ -9,11 +9,21 @@ from click.testing import CliRunner
 from conftest import write_config
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 
+# SBC needs a proper prior to draw truths from (the default flat UniformDisk prior is proper
+# too, but its shears reach |g| ~ 1); the truths and the model share this one
+SBC_PRIOR = {
+    "type": "G1G2",
+    "g1": {"type": "Normal", "mean": 0.0, "sigma": 0.05},
+    "g2": {"type": "Normal", "mean": 0.0, "sigma": 0.05},
+}
+
 N = 150
 
 
 def _sbc(tmp, name, edits):
-    cfg = write_config(tmp / f"{name}.yaml", {"image.noise.sigma": 1e-4, **edits})
+    cfg = write_config(
+        tmp / f"{name}.yaml", {"image.noise.sigma": 1e-4, "gal.shear": SBC_PRIOR, **edits}
+    )
     runs = tmp / name
     r = CliRunner().invoke(
         bias_run,
@@ -70,10 +80,20 @@ def test_prior_drawn_truths_are_recorded_and_sbc_runs(module_tmp, calibrated):
     assert truth["truth_from_prior"] is True
     for comp in ("g1", "g2"):
         assert calibrated["sbc"][comp]["p_value"] > 1e-3, calibrated["sbc"]
+        # one seed per realization: 150 independent seeds >= min_seeds, so the gate is tested
+        assert calibrated["sbc"][comp]["n_eff"] == N
+    crit = {c["name"]: c for c in calibrated["criteria"]}
+    for comp in ("g1", "g2"):
+        c = crit[f"SBC {comp} uniformity p"]
+        assert c["status"] == ("pass" if c["value"] >= c["threshold"] else "fail")
+        assert crit[f"coverage {comp} 68%"]["status"] in ("pass", "fail")  # tested, not too few
 
 
 @pytest.mark.slow
 def test_misspecified_model_fails_sbc(module_tmp):
     res = _sbc(module_tmp, "bad", {"psf.sigma": 0.4011, "simulation": {"psf": {"sigma": 0.382}}})
     assert res["sbc"]["g1"]["p_value"] < 1e-3, res["sbc"]
-    assert not res["passed"]
+    assert not res["passed"] and res["verdict"] == "FAIL"
+    assert (
+        next(c for c in res["criteria"] if c["name"] == "SBC g1 uniformity p")["status"] == "fail"
+    )

@@ -5,9 +5,9 @@ import pytest
 
 from conftest import write_config
 from shearbatch.campaign import Realization, plan_campaign
-from shearbatch.schema import load_config
 from shearbatch.core.generate import render_stamps
 from shearbatch.engine import generate, truth_record
+from shearbatch.schema import load_config
 from shearbatch.spec import problem, run_spec
 
 
@@ -110,7 +110,9 @@ def test_noise_has_the_configured_sigma(cfg):
     sim = simulate_batch(cfg, plan)
     clean = np.stack(
         [
-            np.asarray(render_stamps(problem(cfg), {k: v[b] for k, v in sim.params.items()}, sim.g[b]))
+            np.asarray(
+                render_stamps(problem(cfg), {k: v[b] for k, v in sim.params.items()}, sim.g[b])
+            )
             for b in range(len(plan))
         ]
     )

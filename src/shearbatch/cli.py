@@ -1,8 +1,11 @@
 """Thin click layer: ``bias-run``, ``bias-extract``, ``bias-stats``.
 
-Exit status: 0 success; 1 some realizations of a ``bias-run`` failed (the
-others are saved) or the ``bias-stats`` verdict failed; 2 bad input, reported
-as one line naming the offending flag or key, before any computation starts.
+Exit status: 0 success (``bias-stats``: verdict PASS); 1 some realizations of
+a ``bias-run`` failed (the others are saved) or the ``bias-stats`` verdict is
+FAIL; 2 bad input, reported as one line naming the offending flag or key,
+before any computation starts; 3 the ``bias-stats`` verdict is INCONCLUSIVE
+(the errors are too large, or too few independent seeds, to decide; the
+console and ``bias_results.json`` give the realizations a decision needs).
 """
 
 from __future__ import annotations
@@ -134,7 +137,12 @@ class _RunCommand(_Command):
 @click.option("--preview", default=None, help="PNG of the first stamps this task simulates.")
 @click.option("--overwrite", is_flag=True, help="Redo complete realizations too.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
-@click.option("--x64/--no-x64", default=False, help="Float64 inference.")
+@click.option(
+    "--x64/--no-x64",
+    default=None,
+    help="Run generation and inference in float64 / float32 "
+    "(default: inference.precision of the config, float64 unless set).",
+)
 @click.option("--cache-dir", default=None, help="JAX compilation cache (default: user cache).")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def bias_run(**kw: Any) -> int:
@@ -150,7 +158,7 @@ def bias_run(**kw: Any) -> int:
     if kw["dry_run"] and not kw["preview"]:
         return 0
     with runtime.scoped():
-        runtime.configure(kw["x64"], kw["cache_dir"])
+        runtime.configure(job["spec"].precision == "float64", kw["cache_dir"])
         runtime.reset_cache_events()
         if kw["preview"]:
             _preview(job, Path(kw["preview"]))
@@ -214,10 +222,13 @@ def apply_flags(cfg: Any, kw: dict[str, Any]) -> Any:
         camp.update(shear_grid=list(kw["shear_grid"]), shear_from_prior=False)
     if kw.get("shear_from_prior"):
         camp["shear_from_prior"] = True
-    update: dict[str, Any] = {"campaign": cfg.campaign.model_copy(update=camp)}
+    inf: dict[str, Any] = {}
     if kw.get("method") is not None:
-        update["inference"] = cfg.inference.model_copy(update={"method": kw["method"].lower()})
-    return cfg.model_copy(update=update)
+        inf["method"] = kw["method"].lower()
+    if kw.get("x64") is not None:
+        inf["precision"] = "float64" if kw["x64"] else "float32"
+    update = {"campaign": cfg.campaign.model_copy(update=camp)}
+    return cfg.model_copy(update={**update, "inference": cfg.inference.model_copy(update=inf)})
 
 
 def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
@@ -328,13 +339,21 @@ def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
     done = [r for r in mine if job["status"][r.run_id] == "done"]
     tid, tcount = job["task"]
     echo = click.echo if kw["dry_run"] else logger.info
-    echo(f"config: {kw['config_path']} (hash {job['spec'].config_hash}), method: {cfg.inference.method}")
+    echo(
+        f"config: {kw['config_path']} (hash {job['spec'].config_hash}), method: {cfg.inference.method}"
+    )
     echo(
         f"plan: {len(plan)} realizations; array task {tid} of {tcount} takes {len(mine)}; "
         f"already complete: {len(done)}{' (overwrite)' if kw['overwrite'] and done else ''}; "
         f"to run: {len(todo)} in {len(batches)} batch(es) of {bs}"
     )
     echo(f"output dir: {job['output_dir']}")
+    model = job["spec"].model
+    from .core.snr import reference_signal
+
+    echo(f"precision: {job['spec'].precision}; noise sigma {model.noise_sigma:.6g} per pixel; "
+         f"matched-filter S/N of the reference galaxy (prior means, unsheared): "
+         f"{reference_signal(model) / model.noise_sigma:.4g}")  # fmt: skip
     if kw["dry_run"]:
         for i, b in enumerate(batches):
             pad = bs - len(b)
@@ -398,17 +417,38 @@ def bias_extract(**kw: Any) -> int:
 @click.option("--posterior-dir", default=None, help="Campaign root: trace plots of the worst.")
 @click.option("--acceptance-config", default=None, help="YAML overriding the level's criteria.")
 @click.option("--estimator", default="auto", help="regression | paired | auto (paired if pairs).")
+@click.option(
+    "--point",
+    default="mean",
+    show_default=True,
+    help="Per-realization point estimate: mean | median | mode (the MAP / Laplace centre).",
+)
+@click.option(
+    "--weights",
+    default="none",
+    show_default=True,
+    help="none | inverse-variance (1/std^2: biased at low S/N, where the posterior width "
+    "correlates with the estimate).",
+)
 @click.option("--sbc/--no-sbc", default=None, help="Force SBC on/off (default: detect).")
 @click.option("--n-boot", type=int, default=1000, help="Bootstrap resamples.")
 @click.option("--plots/--no-plots", default=True, help="Write figures under plots/.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def bias_stats(**kw: Any) -> int:
-    """Stage 3: m and c with errors, coverage, SBC and the acceptance verdict."""
+    """Stage 3: m and c with errors, coverage, SBC and the acceptance verdict.
+
+    Each of m1, m2, c1, c2 PASSes when |x| + z sigma <= threshold, FAILs when
+    |x| - z sigma > threshold, and is INCONCLUSIVE otherwise (z from the
+    acceptance config, default 2). Coverage and SBC need min_seeds independent
+    seeds (default 20). Verdict: FAIL if any criterion fails, else INCONCLUSIVE
+    if any is, else PASS. Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 bad input.
+    """
     import json
 
     import pandas as pd
 
-    from .analysis import acceptance
+    from .analysis import acceptance, stats
+    from .analysis.verdict import EXIT_CODES
     from .io import to_strict_json
 
     _setup_logging(kw["verbose"])
@@ -421,6 +461,12 @@ def bias_stats(**kw: Any) -> int:
         )
     if kw["estimator"] not in ("regression", "paired", "auto"):
         raise _fail(f"--estimator: unknown {kw['estimator']!r}; use regression, paired or auto")
+    if kw["point"] not in acceptance.POINT_ESTIMATES:
+        raise _fail(
+            f"--point: unknown {kw['point']!r}; use {', '.join(acceptance.POINT_ESTIMATES)}"
+        )
+    if kw["weights"] not in stats.WEIGHTS:
+        raise _fail(f"--weights: unknown {kw['weights']!r}; use {' or '.join(stats.WEIGHTS)}")
     if kw["n_boot"] < 2:
         raise _fail(f"--n-boot: must be >= 2, got {kw['n_boot']}")
     if kw["posterior_dir"] is not None and not Path(kw["posterior_dir"]).is_dir():
@@ -438,7 +484,9 @@ def bias_stats(**kw: Any) -> int:
     sbc_mode = {None: "auto", True: "on", False: "off"}[kw["sbc"]]
     try:
         res, fits, use = acceptance.analyze(df, level=kw["level"], estimator=kw["estimator"],
-                                       acceptance=acc, sbc_mode=sbc_mode, n_boot=kw["n_boot"])  # fmt: skip
+                                            acceptance=acc, sbc_mode=sbc_mode,
+                                            n_boot=kw["n_boot"], point=kw["point"],
+                                            weights=kw["weights"])  # fmt: skip
     except ValueError as err:
         raise _fail(f"--input: {err}") from None
     out = Path(kw["output_dir"])
@@ -447,26 +495,48 @@ def bias_stats(**kw: Any) -> int:
     text = json.dumps(to_strict_json(res), indent=2, allow_nan=False)
     (out / "bias_results.json").write_text(text + "\n")
     _print_stats(res, out, plot_dir)
-    return 0 if res["passed"] else 1
+    return EXIT_CODES[res["verdict"]]
 
 
 def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
-    def pm(v: Any, e: Any) -> str:
-        if v is None:
-            return f"{'undefined':>12}  {'':>10}"
-        return f"{v:>+12.3e}  ±{e:>9.2e}" if e is not None else f"{v:>+12.3e}"
+    from .analysis.verdict import EXIT_CODES
+
+    def num(v: Any) -> str:
+        return "-" if v is None else f"{v:.3g}"
 
     ex = ", ".join(f"{k}: {v}" for k, v in res["excluded"].items()) or "none"
-    click.echo(f"{res['level']}, estimator {res['estimator']}: used {res['n_used']} of "
-               f"{res['n_realizations']} realization(s); excluded: {ex}")  # fmt: skip
+    click.echo(f"{res['level']}, estimator {res['estimator']}, point estimate "
+               f"{res['point_estimate']}, weights {res['weights']}: used {res['n_used']} of "
+               f"{res['n_realizations']} realization(s) ({res['n_seeds']} independent seeds); "
+               f"excluded: {ex}")  # fmt: skip
     for k in ("m1", "c1", "m2", "c2"):
-        click.echo(f"  {k}  {pm(res[k], res[k + '_err'])}  {res.get(k + '_reason', '')}".rstrip())
+        comp = f"g{k[1]}"
+        if res[k] is None:
+            why = res.get(f"{k}_reason", "")
+            click.echo(f"  {k} = undefined ({why}; not a criterion)")
+        elif res[k + "_err"] is None:
+            click.echo(f"  {k} = {res[k]:+.3e} (no error: {res['fits'][comp]['error_label']})")
+        else:
+            click.echo(f"  {k} = {res[k]:+.3e} ± {res[k + '_err']:.2e} "
+                       f"({res['fits'][comp]['error_label']})")  # fmt: skip
+    click.echo(f"criteria (PASS: |x| + z·σ <= threshold; FAIL: |x| - z·σ > threshold; "
+               f"z = {res['z']:g}):")  # fmt: skip
     for c in res["criteria"]:
         thr = c["threshold"]
         thr = f"[{thr[0]:.3g}, {thr[1]:.3g}]" if isinstance(thr, list) else f"{thr:.3g}"
-        mark = "pass" if c["passed"] else "FAIL"
-        click.echo(f"  [{mark}] {c['name']:<22} {c['value']:.3g} (threshold {thr})")
-    click.echo(f"verdict: {'PASSED' if res['passed'] else 'FAILED'} -> {out / 'bias_results.json'}")
+        err = f" ± {c['err']:.2g}" if c["err"] is not None else ""
+        line = f"  {'[' + c['status'].upper() + ']':>14} {c['name']:<20} {num(c['value'])}{err}"
+        line += f" (threshold {thr})"
+        if c["status"] == "inconclusive":
+            need = c["n_needed"]
+            line += f": {c['reason']}" if c["reason"] else ""
+            if need is not None and "realizations" not in c["reason"]:
+                line += f"; needs ~{need} realizations"
+        elif c["status"] == "fail" and c["reason"]:
+            line += f": {c['reason']}"
+        click.echo(line)
+    v = res["verdict"]
+    click.echo(f"verdict: {v} (exit {EXIT_CODES[v]}) -> {out / 'bias_results.json'}")
     if plot_dir is not None:
         click.echo(f"plots: {plot_dir}")
 
@@ -478,7 +548,9 @@ def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Pa
     d = out / "plots"
     d.mkdir(parents=True, exist_ok=True)
     figs = {
-        "residuals.png": plots.residual_figure(use, fits, res["estimator"]),
+        "residuals.png": plots.residual_figure(
+            use, fits, res["estimator"], point=res["point_estimate"], weights=res["weights"]
+        ),
         "coverage.png": plots.coverage_figure(res["coverage"]),
         "ranks.png": plots.rank_figure(use, res["sbc"]),
     }

@@ -28,8 +28,8 @@ from .core.batching import batched, pad_to, realization_keys
 from .core.generate import FIELDS, SimBatch, simulate
 from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
-from .core.priors import prior_sd, shrinkage
 from .core.posterior import build_posterior
+from .core.priors import prior_sd, shrinkage
 from .io import write_realization
 from .spec import RunSpec
 

@@ -123,7 +123,10 @@ def _fields(cfg: Config) -> GalaxyFields:
         nx, ny = cfg.image.size_x, cfg.image.size_y
 
         def axis(lo: float, hi: float, n: int) -> Prior:
-            lo, hi = (lo * n if abs(lo) < 1 else lo) - n / 2, (hi * n if abs(hi) < 1 else hi) - n / 2
+            lo, hi = (
+                (lo * n if abs(lo) < 1 else lo) - n / 2,
+                (hi * n if abs(hi) < 1 else hi) - n / 2,
+            )
             return Prior("fixed", (lo,)) if lo == hi else Prior("uniform", (lo, hi))
 
         dx = axis(pos.x_min, pos.x_max, nx)

@@ -2,9 +2,27 @@
 
 :func:`analyze` selects the usable rows (status ``ok`` and passed convergence;
 the others are counted by reason), fits ``g_hat = (1 + m) g_true + c`` per
-component with the estimator of :mod:`shearbatch.stats`, measures coverage and
-(when the truths were drawn from the prior) SBC, and checks the level's
-acceptance criteria, each reported as ``{name, value, threshold, passed}``.
+component with the estimator of :mod:`shearbatch.analysis.stats` on the chosen
+point estimate (``mean``, ``median`` or ``mode``) and weights (``none`` by
+default; ``inverse-variance`` is biased at low S/N), measures coverage and
+(when the truths were drawn from the prior) SBC, and judges the level's
+acceptance criteria with the three-valued rule of
+:mod:`shearbatch.analysis.verdict`. Each criterion is reported as ``{name,
+value, err, threshold, z, status, n_needed, passed, error_method, reason}``
+with ``status`` ``pass`` | ``fail`` | ``inconclusive``; the campaign's
+``verdict`` is ``FAIL`` if any fails, else ``INCONCLUSIVE`` if any is
+inconclusive, else ``PASS`` (``passed`` is true only for ``PASS``).
+
+- ``|m1|, |m2|, |c1|, |c2|``: ``pass`` when ``|x| + z sigma <= max_abs``,
+  ``fail`` when ``|x| - z sigma > max_abs``, else ``inconclusive`` with the
+  realizations needed. An undefined ``m`` (constant truth in that component)
+  is not a criterion; with both undefined (one shear value only) the campaign
+  cannot pass: ``|m|`` is ``inconclusive``.
+- coverage (68% and 95%, per component): two-sided binomial band at
+  ``coverage_z``; SBC: chi-square p-value >= ``sbc_p_min``. Both need
+  ``min_seeds`` independent seeds, else ``inconclusive`` ("too few to test").
+- fraction converged >= ``min_frac_converged`` (a count: pass or fail).
+
 Default criteria per level live in :data:`ACCEPTANCE`; :func:`load_acceptance`
 reads overrides from YAML.
 """
@@ -18,41 +36,66 @@ from typing import Any
 import numpy as np
 
 from .stats import (
+    WEIGHTS,
     Fit,
     coverage,
+    error_label,
     fit_offset,
     fit_paired,
     fit_regression,
     has_pairs,
+    n_independent,
     pair_table,
     sbc,
 )
+from .verdict import decide, overall
 
-__all__ = ["ACCEPTANCE", "LEVELS", "analyze", "criteria", "load_acceptance", "usable_rows"]
+__all__ = [
+    "ACCEPTANCE",
+    "LEVELS",
+    "POINT_ESTIMATES",
+    "analyze",
+    "criteria",
+    "load_acceptance",
+    "usable_rows",
+]
 
 logger = logging.getLogger(__name__)
 
 LEVELS = ("level_0", "level_1", "level_2")
-#: Default acceptance per level: |m| and |c| ceilings (per component), coverage inside
-#: its z-sigma binomial band, minimum fraction of realizations usable, SBC p-value floor.
+#: Per-realization point estimates: summary.csv columns ``g1_<point>``, ``g2_<point>``
+#: (``mode``: the MAP / Laplace centre from convergence.json's ``map_estimate``).
+POINT_ESTIMATES = ("mean", "median", "mode")
+#: Default acceptance per level: |m| and |c| ceilings (per component) judged at ``z``
+#: standard errors (2.0: one-sided ~97.7%), coverage inside its two-sided ``coverage_z``
+#: binomial band, ``min_seeds`` independent seeds to test coverage or SBC, minimum fraction
+#: of realizations usable, SBC p-value floor.
 ACCEPTANCE: dict[str, dict[str, float]] = {
-    "level_0": {"max_abs_m": 1e-3, "max_abs_c": 1e-4, "coverage_z": 3.0,
-                "min_frac_converged": 0.99, "sbc_p_min": 0.01},
-    "level_1": {"max_abs_m": 2e-3, "max_abs_c": 2e-4, "coverage_z": 3.0,
-                "min_frac_converged": 0.95, "sbc_p_min": 0.01},
-    "level_2": {"max_abs_m": 5e-3, "max_abs_c": 5e-4, "coverage_z": 3.0,
-                "min_frac_converged": 0.90, "sbc_p_min": 0.01},
+    "level_0": {"max_abs_m": 1e-3, "max_abs_c": 1e-4, "z": 2.0, "coverage_z": 3.0,
+                "min_seeds": 20, "min_frac_converged": 0.99, "sbc_p_min": 0.01},
+    "level_1": {"max_abs_m": 2e-3, "max_abs_c": 2e-4, "z": 2.0, "coverage_z": 3.0,
+                "min_seeds": 20, "min_frac_converged": 0.95, "sbc_p_min": 0.01},
+    "level_2": {"max_abs_m": 5e-3, "max_abs_c": 5e-4, "z": 2.0, "coverage_z": 3.0,
+                "min_seeds": 20, "min_frac_converged": 0.90, "sbc_p_min": 0.01},
 }  # fmt: skip
 REQUIRED_COLUMNS = ("run_id", "g1_true", "g2_true", "g1_mean", "g2_mean", "g1_std", "g2_std",
                     "status", "passed_convergence", "seed")  # fmt: skip
 COVERAGE_LEVELS = {"0.68": ("q16", "q84"), "0.95": ("q025", "q975")}
+M_UNDEFINED = "m undefined: need at least two distinct g_true values"
 
 
-def usable_rows(df: Any) -> tuple[Any, dict[str, int]]:
-    """The ``ok`` rows that pass convergence with finite estimates, and ``{why excluded: count}``."""
+def _ok_converged(df: Any) -> tuple[Any, Any]:
     status = df["status"].fillna("").astype(str)
     conv = df["passed_convergence"].astype(str).str.lower().isin(["true", "1", "1.0"])
-    finite = np.isfinite(df[["g1_true", "g2_true", "g1_mean", "g2_mean"]].to_numpy(float)).all(1)
+    return status, conv
+
+
+def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
+    """The ``ok`` rows that pass convergence with finite truths and ``point`` estimates,
+    and ``{why excluded: count}``."""
+    status, conv = _ok_converged(df)
+    cols = ["g1_true", "g2_true", f"g1_{point}", f"g2_{point}"]
+    finite = np.isfinite(df[cols].to_numpy(float)).all(1)
     why = {f"status {s}": int((status == s).sum()) for s in sorted(set(status)) if s != "ok"}
     why["did not pass convergence"] = int(((status == "ok") & ~conv).sum())
     why["non-finite truth or estimate"] = int(((status == "ok") & conv & ~finite).sum())
@@ -60,53 +103,131 @@ def usable_rows(df: Any) -> tuple[Any, dict[str, int]]:
     return df[keep].reset_index(drop=True), {k: v for k, v in why.items() if v}
 
 
+def _check_point(df: Any, point: str) -> None:
+    """``ValueError`` when the ``point`` columns are absent or empty where the mean is not."""
+    if point not in POINT_ESTIMATES:
+        raise ValueError(f"unknown point estimate {point!r}; use {', '.join(POINT_ESTIMATES)}")
+    cols = [f"g1_{point}", f"g2_{point}"]
+    missing = [c for c in cols if c not in df.columns]
+    old = " (convergence.json without map_estimate: an older bias-run)" if point == "mode" else ""
+    if missing:
+        raise ValueError(f"point estimate {point}: missing columns: {', '.join(missing)}; "
+                         "re-run bias-extract or use --point mean")  # fmt: skip
+    status, conv = _ok_converged(df)
+    has_mean = np.isfinite(df[["g1_mean", "g2_mean"]].to_numpy(float)).all(1)
+    empty = (status == "ok").to_numpy() & conv.to_numpy() & has_mean & ~np.isfinite(
+        df[cols].to_numpy(float)).all(1)  # fmt: skip
+    if empty.any():
+        raise ValueError(f"point estimate {point}: {', '.join(cols)} empty in {int(empty.sum())} "
+                         f"converged row(s){old}; use --point mean or median")  # fmt: skip
+
+
 def _col(df: Any, name: str) -> np.ndarray | None:
     return df[name].to_numpy(float) if name in df.columns else None
 
 
-def fit_component(df: Any, comp: str, estimator: str, n_boot: int = 1000, seed: int = 0) -> Fit:
+def fit_component(
+    df: Any,
+    comp: str,
+    estimator: str,
+    n_boot: int = 1000,
+    seed: int = 0,
+    *,
+    point: str = "mean",
+    weights: str = "none",
+) -> Fit:
     """``(m, c)`` of component ``comp`` (``"g1"``/``"g2"``) on usable rows."""
     t, h, s = (
         df[f"{comp}_true"].to_numpy(float),
-        df[f"{comp}_mean"].to_numpy(float),
+        df[f"{comp}_{point}"].to_numpy(float),
         _col(df, f"{comp}_std"),
     )
     groups = df["seed"].astype(str).to_numpy()
+    kw = {"weights": weights, "n_boot": n_boot, "seed": seed}
     if np.ptp(t) <= 1e-12:
         why = f"{comp}_true is constant ({t[0]:g}) over the campaign: slope undefined"
-        return fit_offset(t, h, s, groups, n_boot=n_boot, seed=seed, reason=why)
+        return fit_offset(t, h, s, groups, reason=why, **kw)
     if estimator == "paired":
         ip, im = pair_table(df["pair_id"].to_numpy(object), df["pair_sign"].to_numpy(float))
         sp = None if s is None else s[ip]
         sm = None if s is None else s[im]
         if np.all(t[ip] > 0) and np.allclose(t[ip], -t[im]):
-            return fit_paired(t[ip], h[ip], h[im], sp, sm, groups[ip], n_boot=n_boot, seed=seed)
+            return fit_paired(t[ip], h[ip], h[im], sp, sm, groups[ip], **kw)
         logger.info("%s: truth not flipped within pairs; using the grid regression", comp)
-    return fit_regression(t, h, s, groups, n_boot=n_boot, seed=seed)
+    return fit_regression(t, h, s, groups, **kw)
+
+
+def _criterion(
+    name: str,
+    value: Any,
+    threshold: Any,
+    status: str,
+    *,
+    err: float | None = None,
+    z: float | None = None,
+    n_needed: int | None = None,
+    error_method: str | None = None,
+    reason: str = "",
+) -> dict[str, Any]:
+    return {"name": name, "value": value, "err": err, "threshold": threshold, "z": z,
+            "status": status, "n_needed": n_needed, "passed": status == "pass",
+            "error_method": error_method, "reason": reason}  # fmt: skip
+
+
+def _scaled(n_used: int, n_seeds: int, min_seeds: int) -> int:
+    """Realizations for ``min_seeds`` seeds at the campaign's realizations per seed."""
+    return math.ceil(n_used * min_seeds / max(n_seeds, 1))
 
 
 def criteria(
-    fits: dict[str, Fit], cov: dict[str, Any], sbc_res: dict[str, Any], frac: float, acc: dict
+    fits: dict[str, Fit],
+    cov: dict[str, Any],
+    sbc_res: dict[str, Any],
+    frac: float,
+    acc: dict,
+    n_used: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Acceptance criteria as ``{name, value, threshold, passed}``."""
+    """Acceptance criteria, each ``{name, value, err, threshold, z, status, n_needed, ...}``."""
     out = []
+    z = acc["z"]
+    n_used = n_used if n_used is not None else max(f.n for f in fits.values())
     for comp, f in fits.items():
-        if f.m is not None:
-            out.append({"name": f"|m{comp[1]}|", "value": abs(f.m), "threshold": acc["max_abs_m"],
-                        "passed": abs(f.m) <= acc["max_abs_m"]})  # fmt: skip
-        out.append({"name": f"|c{comp[1]}|", "value": abs(f.c), "threshold": acc["max_abs_c"],
-                    "passed": abs(f.c) <= acc["max_abs_c"]})  # fmt: skip
+        k = comp[1]
+        for q, x, err, thr in (("m", f.m, f.m_err, acc["max_abs_m"]),
+                               ("c", f.c, f.c_err, acc["max_abs_c"])):  # fmt: skip
+            if x is None:
+                continue  # undefined: not a criterion (both undefined: see below)
+            status, need, why = decide(x, err, thr, z, n_used)
+            out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z, n_needed=need,
+                                  error_method=error_label(f), reason=why))  # fmt: skip
+    if all(f.m is None for f in fits.values()):
+        out.insert(0, _criterion("|m|", None, acc["max_abs_m"], "inconclusive", reason=M_UNDEFINED))
     for comp, levels in cov.items():
         for lev, r in levels.items():
-            if "observed" in r:
-                out.append({"name": f"coverage {comp} {float(lev):.0%}", "value": r["observed"],
-                            "threshold": r["band"], "passed": r["passed"]})  # fmt: skip
+            if "observed" not in r:
+                continue
+            need = _scaled(r["n"], r["n_eff"], r["min_seeds"]) if r["status"] == "inconclusive" \
+                else None  # fmt: skip
+            out.append(_criterion(f"coverage {comp} {float(lev):.0%}", r["observed"], r["band"],
+                                  r["status"], err=r["se"], z=r["z"], n_needed=need,
+                                  error_method=f"binomial over {r['n_eff']} seeds",
+                                  reason=r["reason"]))  # fmt: skip
     for comp, r in sbc_res.items():
-        if isinstance(r, dict) and "p_value" in r:
-            out.append({"name": f"SBC {comp} uniformity p", "value": r["p_value"],
-                        "threshold": acc["sbc_p_min"], "passed": r["p_value"] >= acc["sbc_p_min"]})  # fmt: skip
-    out.append({"name": "fraction converged", "value": frac,
-                "threshold": acc["min_frac_converged"], "passed": frac >= acc["min_frac_converged"]})  # fmt: skip
+        if not isinstance(r, dict) or "skipped" in r:
+            continue
+        thr, p = acc["sbc_p_min"], r.get("p_value")
+        if r.get("status") == "inconclusive":
+            status, why = "inconclusive", r["reason"]
+            need = _scaled(r["n"], r["n_eff"], r["min_seeds"])
+        else:
+            status, why, need = (
+                ("pass", "", None) if p >= thr else ("fail", "ranks not uniform", None)
+            )
+        r["status"] = status
+        out.append(_criterion(f"SBC {comp} uniformity p", p, thr, status, n_needed=need,
+                              error_method=f"chi-square over {r['n']} ranks", reason=why))  # fmt: skip
+    thr = acc["min_frac_converged"]
+    out.append(_criterion("fraction converged", frac, thr, "pass" if frac >= thr else "fail"))
     return out
 
 
@@ -119,22 +240,29 @@ def analyze(
     sbc_mode: str = "auto",
     n_boot: int = 1000,
     seed: int = 0,
+    point: str = "mean",
+    weights: str = "none",
 ) -> tuple[dict[str, Any], dict[str, Fit], Any]:
     """The whole stage-3 analysis of a summary table.
 
     Returns ``(results, fits, usable)``: the JSON-ready ``bias_results`` dict,
     the :class:`Fit` per component and the usable rows. Raises ``ValueError``
-    (one line) on bad input: missing columns, unknown level or estimator, no
-    usable rows, ``paired`` without pairs.
+    (one line) on bad input: missing columns, unknown level, estimator, point
+    estimate or weights, no usable rows, ``paired`` without pairs, ``mode``
+    without modes, ``inverse-variance`` without finite stds.
     """
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; use one of {', '.join(LEVELS)}")
+    if weights not in WEIGHTS:
+        raise ValueError(f"unknown weights {weights!r}; use {' or '.join(WEIGHTS)}")
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"missing columns: {', '.join(missing)}")
+    _check_point(df, point)
     acc = {**ACCEPTANCE[level], **(acceptance or {})}
+    min_seeds = int(acc["min_seeds"])
     status = df["status"].fillna("").astype(str)
-    use, excluded = usable_rows(df)
+    use, excluded = usable_rows(df, point)
     if len(use) == 0:
         raise ValueError(f"no usable rows (excluded: {excluded or 'none'})")
     pairs = "pair_id" in use.columns and "pair_sign" in use.columns and has_pairs(
@@ -145,7 +273,9 @@ def analyze(
         raise ValueError("estimator paired: no complete +g/-g pairs (pair_id, pair_sign)")
     elif estimator != "regression" and estimator != "paired":
         raise ValueError(f"unknown estimator {estimator!r}; use regression, paired or auto")
-    fits = {c: fit_component(use, c, estimator, n_boot, seed) for c in ("g1", "g2")}
+    fits = {c: fit_component(use, c, estimator, n_boot, seed, point=point, weights=weights)
+            for c in ("g1", "g2")}  # fmt: skip
+    seeds = use["seed"].astype(str).to_numpy()
     cov: dict[str, Any] = {}
     for comp in ("g1", "g2"):
         cov[comp] = {}
@@ -155,12 +285,13 @@ def analyze(
                 continue
             cov[comp][lev] = coverage(use[f"{comp}_true"], use[f"{comp}_{lo}"],
                                       use[f"{comp}_{hi}"], float(lev), acc["coverage_z"],
-                                      use["seed"].astype(str).to_numpy())  # fmt: skip
+                                      seeds, min_seeds)  # fmt: skip
     prior = "truth_from_prior" in use.columns and bool(
         use["truth_from_prior"].astype(str).str.lower().eq("true").all())  # fmt: skip
     if sbc_mode == "on" or (sbc_mode == "auto" and prior):
-        sbc_res = {c: sbc(use[f"rank_{c}"].to_numpy(float)) if f"rank_{c}" in use.columns
-                   else {"skipped": f"rank_{c} column missing"} for c in ("g1", "g2")}  # fmt: skip
+        sbc_res = {c: sbc(use[f"rank_{c}"].to_numpy(float), groups=seeds, min_seeds=min_seeds)
+                   if f"rank_{c}" in use.columns else {"skipped": f"rank_{c} column missing"}
+                   for c in ("g1", "g2")}  # fmt: skip
     else:
         why = (
             "disabled (--no-sbc)"
@@ -171,22 +302,26 @@ def analyze(
         )
         sbc_res = {"skipped": why}
     frac = len(use) / len(df)
-    crit = criteria(fits, cov, sbc_res, frac, acc)
+    crit = criteria(fits, cov, sbc_res, frac, acc, len(use))
     res: dict[str, Any] = {
-        "level": level, "estimator": estimator, "n_realizations": len(df),
+        "level": level, "estimator": estimator, "point_estimate": point, "weights": weights,
+        "n_realizations": len(df),
         "n_ok": int((status == "ok").sum()), "n_failed": int((status == "failed").sum()),
         "n_incomplete": int((status == "incomplete").sum()),
-        "n_corrupt": int((status == "corrupt").sum()), "n_used": len(use), "excluded": excluded,
+        "n_corrupt": int((status == "corrupt").sum()), "n_used": len(use),
+        "n_seeds": n_independent(seeds, len(use)), "excluded": excluded,
     }  # fmt: skip
     for comp, f in fits.items():
         k = comp[1]
         res.update({f"m{k}": f.m, f"m{k}_err": f.m_err, f"c{k}": f.c, f"c{k}_err": f.c_err})
         if f.m_reason:
             res[f"m{k}_reason"] = f.m_reason
-    res["fits"] = {c: {"error_method": f.error_method, "n": f.n, "n_groups": f.n_groups,
-                       "errors": f.errors} for c, f in fits.items()}  # fmt: skip
-    res.update(coverage=cov, sbc=sbc_res, acceptance=acc, criteria=crit)
-    res["passed"] = all(c["passed"] for c in crit)
+    res["fits"] = {c: {"error_method": f.error_method, "error_label": error_label(f), "n": f.n,
+                       "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
+                   for c, f in fits.items()}  # fmt: skip
+    res.update(coverage=cov, sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=crit)
+    res["verdict"] = overall(c["status"] for c in crit)
+    res["passed"] = res["verdict"] == "PASS"
     return res, fits, use
 
 
@@ -216,4 +351,10 @@ def load_acceptance(path: str | None, level: str) -> dict[str, float]:
                 )
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValueError(f"acceptance.{lev}.{k}: must be a number, got {v!r}")
-    return {k: float(v) for k, v in (sec.get(level) or {}).items()}
+            if k == "min_seeds" and (v < 1 or v != int(v)):
+                raise ValueError(f"acceptance.{lev}.{k}: must be an integer >= 1, got {v!r}")
+            if k in ("z", "coverage_z") and v <= 0:
+                raise ValueError(f"acceptance.{lev}.{k}: must be > 0, got {v!r}")
+    return {
+        k: (int(v) if k == "min_seeds" else float(v)) for k, v in (sec.get(level) or {}).items()
+    }

@@ -15,7 +15,9 @@ SLURM task, per level, ...) are found too. Each one becomes one row of
 Only what a file states is written: the posterior columns of a non-``ok`` row
 stay empty. Posterior summaries use every draw of every chain: mean, median,
 std, the quantiles q at 0.025, 0.16, 0.84, 0.975, and the SBC rank
-``rank = #{draws < g_true} / #draws``.
+``rank = #{draws < g_true} / #draws``. ``g1_mode``, ``g2_mode`` are
+``convergence.json``'s ``map_estimate`` (the MAP for MAP, the Laplace centre
+for NUTS and VI); empty when a file predates it.
 
 ``passed_convergence`` comes from the one convergence gate of
 :mod:`shearbatch.core.flags`: the realization's own flags (written by
@@ -35,7 +37,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -44,10 +46,10 @@ from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
 from ..io import CONVERGENCE, POSTERIOR, TRUTH, find_realization_dirs
 
 __all__ = [
+    "DEFAULT_THRESHOLDS",
     "QUANTILES",
     "STATUSES",
     "SUMMARY_COLUMNS",
-    "DEFAULT_THRESHOLDS",
     "Thresholds",
     "convergence_flags",
     "extract_campaign",
@@ -70,9 +72,12 @@ SUMMARY_COLUMNS = [
     # ours
     "status", "method",
     *[f"g{i}_{q}" for i in (1, 2) for q in QUANTILES],
+    "g1_mode", "g2_mode",
     "ess_tail_g1", "ess_tail_g2", "rank_g1", "rank_g2", "pair_id", "pair_sign",
     "batch_size", "runtime_s", "reason", "flags", "truth_from_prior", "path",
 ]  # fmt: skip
+
+
 def load_thresholds(path: str | Path | None) -> Thresholds:
     """Thresholds from a YAML file (top level or under ``convergence:``); defaults otherwise.
 
@@ -96,9 +101,7 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
     out = {}
     for k, v in sec.items():
         if k not in Thresholds._fields:
-            raise ValueError(
-                f"convergence.{k}: unknown key; use {', '.join(Thresholds._fields)}"
-            )
+            raise ValueError(f"convergence.{k}: unknown key; use {', '.join(Thresholds._fields)}")
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
             raise ValueError(f"convergence.{k}: must be a number, got {v!r}")
         out[k] = float(v)
@@ -187,6 +190,7 @@ def read_realization(
     except Exception as err:  # netCDF4/HDF5 raise many types for a damaged file
         return done("corrupt", f"posterior.nc unreadable: {type(err).__name__}: {err}")
     for s in ("g1", "g2"):
+        row[f"{s}_mode"] = _site(conv, "map_estimate", s)
         row[f"rhat_{s}"] = _site(conv, "rhat", s)
         row[f"ess_{s}"] = _site(conv, "ess_bulk", s)
         row[f"ess_tail_{s}"] = _site(conv, "ess_tail", s)

@@ -3,12 +3,15 @@
 Figures are built on :class:`matplotlib.figure.Figure` directly (Agg canvas),
 so nothing here touches pyplot's global state or the user's backend.
 
-- :func:`residual_figure`: ``g_hat - g_true`` against ``g_true`` per component,
-  the fitted line ``m g_true + c`` with its 68% band from the bootstrap draws
-  of ``(m, c)``; a component whose truth is constant is drawn against the other
-  component's truth with its offset ``c`` (leakage view).
+- :func:`residual_figure`: ``g_hat - g_true`` (``g_hat`` the point estimate the
+  fit used) against ``g_true`` per component, the fitted line ``m g_true + c``
+  with its ±1σ band from the reported error method's covariance of ``(m, c)``
+  (jackknife or bootstrap over seeds, named in the legend); a component whose
+  truth is constant is drawn against the other component's truth with its
+  offset ``c`` (leakage view).
 - :func:`coverage_figure`: observed coverage per credible level and component
-  with the expected value and its binomial band.
+  with the expected value, its two-sided binomial band and the test's status
+  (pass, fail, or inconclusive with too few independent seeds).
 - :func:`rank_figure`: histograms of the truth's rank among the draws (SBC;
   a PIT histogram when the truths were not drawn from the prior).
 - :func:`trace_figure`: trace and g1-g2 pair plots of a few realizations,
@@ -29,7 +32,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats as st
 
-from .stats import Fit
+from .stats import Fit, error_label
 
 __all__ = ["coverage_figure", "rank_figure", "residual_figure", "stamps_figure", "trace_figure"]
 
@@ -48,8 +51,21 @@ def _pm(v: float | None, e: float | None) -> str:
     return f"{v:.2e} ± {e:.1e}" if e is not None and np.isfinite(e) else f"{v:.2e}"
 
 
-def residual_figure(df: Any, fits: Mapping[str, Fit], estimator: str = "regression") -> Figure:
-    """``g_hat - g_true`` vs ``g_true`` with the fitted ``m g + c`` line and its band, per component."""
+def residual_figure(
+    df: Any,
+    fits: Mapping[str, Fit],
+    estimator: str = "regression",
+    *,
+    point: str = "mean",
+    weights: str = "none",
+) -> Figure:
+    """``g_hat - g_true`` vs ``g_true`` with the fitted ``m g + c`` line and its band, per component.
+
+    ``g_hat`` is the ``point`` estimate (column ``<comp>_<point>``) the fit used;
+    the band is ``±1σ`` of the line, ``sqrt(var_m g^2 + 2 cov_mc g + var_c)``,
+    from the covariance of the error method that produced the reported errors
+    (named in the legend).
+    """
     fig = _figure(11, 4.2)
     axes = fig.subplots(1, 2)
     for ax, comp in zip(axes, ("g1", "g2"), strict=True):
@@ -57,30 +73,36 @@ def residual_figure(df: Any, fits: Mapping[str, Fit], estimator: str = "regressi
         other = "g2" if comp == "g1" else "g1"
         xcol = f"{comp}_true" if f.m is not None else f"{other}_true"
         x = df[xcol].to_numpy(float)
-        d = df[f"{comp}_mean"].to_numpy(float) - df[f"{comp}_true"].to_numpy(float)
+        d = df[f"{comp}_{point}"].to_numpy(float) - df[f"{comp}_true"].to_numpy(float)
         s = df[f"{comp}_std"].to_numpy(float) if f"{comp}_std" in df.columns else None
         span = np.ptp(x) if np.ptp(x) > 0 else 1.0
         jitter = (np.random.default_rng(0).uniform(-1, 1, x.size)) * 0.01 * span
         ax.errorbar(x + jitter, d, yerr=s, fmt="o", ms=3, lw=0.8, alpha=0.6, color="C0",
-                    label=f"realizations (n={len(d)}), ±1σ posterior")  # fmt: skip
+                    label=f"realizations (n={len(d)}): posterior {point}, ±1σ posterior")  # fmt: skip
         xs = np.linspace(x.min() - 0.05 * span, x.max() + 0.05 * span, 100)
         m = 0.0 if f.m is None else f.m
-        if f.boot is not None and len(f.boot) > 1:
-            lines = f.boot[:, :1] * xs[None, :] + f.boot[:, 1:2]
-            lo, hi = np.percentile(lines, [16, 84], axis=0)
-            ax.fill_between(xs, lo, hi, color="C3", alpha=0.25, label="fit 68% band (bootstrap)")
+        line = m * xs + f.c
+        how = error_label(f)
+        if f.cov is not None:
+            # the constant-truth fit has no slope: its line is flat in the other truth
+            xm = xs if f.m is not None else np.zeros_like(xs)
+            var = f.cov[0, 0] * xm**2 + 2 * f.cov[0, 1] * xm + f.cov[1, 1]
+            sd = np.sqrt(np.maximum(var, 0.0))
+            ax.fill_between(xs, line - sd, line + sd, color="C3", alpha=0.25,
+                            label=f"fit ±1σ band ({how})")  # fmt: skip
         label = (
-            f"{estimator} fit: m{comp[1]} = {_pm(f.m, f.m_err)}\n c{comp[1]} = {_pm(f.c, f.c_err)}"
+            f"{estimator} fit of the posterior {point}, weights {weights}:\n"
+            f" m{comp[1]} = {_pm(f.m, f.m_err)}, c{comp[1]} = {_pm(f.c, f.c_err)}\n ({how})"
         )
-        ax.plot(xs, m * xs + f.c, color="C3", lw=1.5, label=label)
+        ax.plot(xs, line, color="C3", lw=1.5, label=label)
         ax.axhline(0.0, color="k", lw=0.6, ls=":")
         ax.set_xlabel(xcol)
-        ax.set_ylabel(f"{comp}_hat − {comp}_true")
-        title = f"{comp}: g_hat = (1 + m) g_true + c"
+        ax.set_ylabel(f"{comp} {point} − {comp}_true")
+        title = f"{comp}: g_hat = (1 + m) g_true + c, g_hat = posterior {point}"
         if f.m is None:
             title = f"{comp}: truth constant → m undefined; offset c vs {other}_true"
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=7, loc="best")
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     return fig
 
@@ -97,16 +119,22 @@ def coverage_figure(cov: Mapping[str, Mapping[str, Any]]) -> Figure:
         lo, hi = r["band"]
         ax.add_patch(_rect(i - 0.3, lo, 0.6, hi - lo))
         ax.hlines(r["expected"], i - 0.3, i + 0.3, color="k", lw=1.2)
-        color = "C2" if r["passed"] else "C3"
+        status = r.get("status", "pass" if r["passed"] else "fail")
+        color = {"pass": "C2", "fail": "C3"}.get(status, "C1")
         ax.plot(i, r["observed"], "o", color=color, ms=8)
-        ax.annotate(f"{r['observed']:.2f}\n(n={r['n']}, n_eff={r.get('n_eff', r['n'])})", (i, r["observed"]), xytext=(12, -8),
-                    textcoords="offset points", fontsize=8)  # fmt: skip
+        note = f"{r['observed']:.2f} {status}\n(n={r['n']}, n_eff={r.get('n_eff', r['n'])})"
+        if status == "inconclusive":
+            note += "\ntoo few seeds"
+        dy = -36 if r["observed"] > 0.85 else -8  # keep the note inside the axes
+        ax.annotate(note, (i, r["observed"]), xytext=(8, dy), textcoords="offset points",
+                    fontsize=7)  # fmt: skip
     ax.set_xticks(range(len(items)), [f"{c} {float(lev):.0%}" for c, lev, _ in items])
     ax.set_xlim(-0.6, len(items) - 0.4)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction of truths inside the central interval")
-    ax.set_title("Posterior coverage: observed (dot), expected (line), binomial band (shaded;\n"
-                 "n_eff = independent seeds)", fontsize=9)  # fmt: skip
+    ax.set_title("Posterior coverage: observed (dot: green pass, red fail, orange too few seeds),\n"
+                 "expected (line), two-sided binomial band (shaded; n_eff = independent seeds)",
+                 fontsize=9)  # fmt: skip
     return fig
 
 

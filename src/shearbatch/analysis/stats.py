@@ -1,22 +1,37 @@
 """Stage 3 numerics: m and c, their errors, coverage and simulation-based calibration.
 
 Per shear component, ``g_hat = (1 + m) g_true + c`` with ``g_hat`` the
-posterior mean. Every estimator below is a smooth function of per-group sums
-``S_k`` (a group = the realizations sharing one seed, i.e. one galaxy and one
-noise field reused at every grid point), so the delete-one-group jackknife
-and the group bootstrap are cheap array operations on the ``(G, p)`` matrix of
-group sums:
+per-realization point estimate (posterior mean, median or mode). Every
+estimator below is a smooth function of per-group sums ``S_k`` (a group = the
+realizations sharing one seed, i.e. one galaxy and one noise field reused at
+every grid point), so the delete-one-group jackknife and the group bootstrap
+are cheap array operations on the ``(G, p)`` matrix of group sums:
 
-- jackknife: ``theta_(k) = f(S - S_k)``, ``var = (G - 1) / G * sum_k (theta_(k) - mean)^2``;
+- jackknife: ``theta_(k) = f(S - S_k)``,
+  ``Cov = (G - 1) / G * sum_k (theta_(k) - mean)(theta_(k) - mean)^T``;
 - bootstrap: ``theta_b = f(sum_k n_bk S_k)`` with multinomial counts ``n_b ~ Mult(G, 1/G)``,
-  ``var = var_b(theta_b)``.
+  ``Cov = cov_b(theta_b)``.
 
-Estimators (:func:`fit_regression`, :func:`fit_paired`, :func:`fit_offset`):
+Both need ``G >= 2`` independent seeds; with one seed there is no error (``None``).
 
-- grid regression, weighted least squares with ``w_i = 1 / sigma_i^2`` (``sigma_i``
-  the posterior std; ``w_i = 1`` when the stds are not all finite and > 0):
-  ``b = (S_w S_wxy - S_wx S_wy) / (S_w S_wxx - S_wx^2)``, ``a = (S_wy - b S_wx) / S_w``,
-  ``m = b - 1``, ``c = a``;
+Estimators (:func:`fit_regression`, :func:`fit_paired`, :func:`fit_offset`), with
+weights ``w_i`` (:func:`weights_for`):
+
+- ``weights="none"`` (default): ``w_i = 1``, ordinary least squares. The weights
+  cannot correlate with the estimate, so the estimator is unbiased whenever the
+  point estimates are;
+- ``weights="inverse-variance"``: ``w_i = 1 / sigma_i^2`` with ``sigma_i`` the
+  posterior std. Biased at low S/N, where the posterior width depends on the
+  realization's own noise and so correlates with its estimate (the Laplace
+  width is the curvature at the realization's own mode): realizations
+  scattered one way get more weight than those scattered the other way
+  (issue 12: ``m1 = -0.026`` weighted vs ``-0.011`` unweighted on the same
+  low-S/N files; with ``std = 0.005 + 0.5 |g_hat|`` and true ``m = 0``,
+  ``m = -0.21 +- 0.013`` weighted vs ``0.00 +- 0.005`` unweighted, see
+  tests/test_stats.py).
+
+- grid regression: ``b = (S_w S_wxy - S_wx S_wy) / (S_w S_wxx - S_wx^2)``,
+  ``a = (S_wy - b S_wx) / S_w``, ``m = b - 1``, ``c = a``;
 - paired (+g / -g sharing seed and noise): ``D = (g_hat(+) - g_hat(-)) / 2``,
   ``A = (g_hat(+) + g_hat(-)) / 2``, ``1 + m = sum w g D / sum w g^2`` (least
   squares of ``D = (1 + m) g`` through the origin; a single pair gives
@@ -26,10 +41,13 @@ Estimators (:func:`fit_regression`, :func:`fit_paired`, :func:`fit_offset`):
 
 Coverage (:func:`coverage`): fraction ``f`` of realizations with
 ``q_lo <= g_true <= q_hi`` for the central 68% (q16-q84) and 95% (q025-q975)
-posterior intervals, against the central ``1 - 2 Phi(-z)`` interval of
-``Binomial(n, p) / n``. SBC (:func:`sbc`): ranks ``r = #{draws < g_true} /
-#draws`` are Uniform(0, 1) when truths are drawn from the inference prior
-(Talts et al. 2018); chi-square test on equal-width bins and Kolmogorov-Smirnov.
+posterior intervals. Two-sided test: ``f`` outside ``[p - z se, p + z se]``,
+``se = sqrt(p (1 - p) / n)`` with ``n`` the number of independent seeds, fails
+(too low: intervals too narrow or biased; too high: too wide). SBC
+(:func:`sbc`): ranks ``r = #{draws < g_true} / #draws`` are Uniform(0, 1) when
+truths are drawn from the inference prior (Talts et al. 2018); chi-square test
+on equal-width bins and Kolmogorov-Smirnov. Both need ``min_seeds``
+independent seeds, else they are ``inconclusive`` ("too few to test").
 """
 
 from __future__ import annotations
@@ -43,40 +61,63 @@ import numpy as np
 from scipy import stats as st
 
 __all__ = [
+    "WEIGHTS",
     "Fit",
     "coverage",
+    "error_label",
     "fit_offset",
     "fit_paired",
     "fit_regression",
     "group_errors",
     "has_pairs",
+    "n_independent",
     "pair_table",
     "sbc",
+    "weights_for",
 ]
 
 logger = logging.getLogger(__name__)
 
+#: weighting schemes of the estimators; ``none`` is the default (see the module docstring)
+WEIGHTS = ("none", "inverse-variance")
+
 
 class Fit(NamedTuple):
-    """An estimate of (m, c) with its errors; ``m`` is ``None`` when undefined."""
+    """An estimate of (m, c) with its errors; ``m`` is ``None`` when undefined.
+
+    ``m_err`` / ``c_err`` / ``cov`` come from ``error_method`` (``jackknife`` or
+    ``bootstrap`` over ``n_groups`` seeds; ``none`` with a single seed, when
+    they are ``None``). ``cov`` is the 2x2 covariance of ``(m, c)``.
+    """
 
     m: float | None
     c: float
     m_err: float | None
-    c_err: float
+    c_err: float | None
     error_method: str
     errors: dict[str, Any]
     n: int
     n_groups: int
     m_reason: str = ""
-    boot: np.ndarray | None = None  # (B, 2) bootstrap draws of (m, c), for error bands
+    boot: np.ndarray | None = None  # (B, 2) bootstrap draws of (m, c)
+    cov: np.ndarray | None = None  # (2, 2) covariance of (m, c) from error_method
+    weights: str = "none"
 
 
-def _weights(std: np.ndarray | None, n: int) -> tuple[np.ndarray, bool]:
-    """``1 / std^2`` when every std is finite and > 0, else ones."""
-    if std is not None and np.all(np.isfinite(std)) and np.all(std > 0):
-        return 1.0 / np.asarray(std, dtype=float) ** 2, True
-    return np.ones(n), False
+def weights_for(std: np.ndarray | None, n: int, weights: str = "none") -> np.ndarray:
+    """Per-row weights: ones (``none``) or ``1 / std^2`` (``inverse-variance``).
+
+    Raises ``ValueError`` for an unknown scheme, or for ``inverse-variance``
+    when a std is missing, non-finite or not > 0.
+    """
+    if weights == "none":
+        return np.ones(n)
+    if weights != "inverse-variance":
+        raise ValueError(f"unknown weights {weights!r}; use {' or '.join(WEIGHTS)}")
+    s = None if std is None else np.asarray(std, dtype=float)
+    if s is None or s.shape != (n,) or not (np.all(np.isfinite(s)) and np.all(s > 0)):
+        raise ValueError("weights inverse-variance: posterior std missing, non-finite or <= 0")
+    return 1.0 / s**2
 
 
 def _group_sums(terms: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -94,41 +135,69 @@ def group_errors(
     n_boot: int = 1000,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Jackknife (delete-one-group) and group-bootstrap standard errors of ``fn(S)``.
+    """Jackknife (delete-one-group) and group-bootstrap errors of ``fn(S)``.
 
     ``sums`` is ``(G, p)``; ``fn`` maps ``(..., p)`` totals to ``(..., q)`` estimates.
-    Returns ``{"jackknife": std (q,) | None, "bootstrap": std (q,), "boot": (B, q)}``;
-    the jackknife needs ``G >= 2``.
+    Returns ``{"jackknife": std (q,) | None, "jackknife_cov": (q, q) | None,
+    "bootstrap": std (q,) | None, "bootstrap_cov": (q, q) | None, "boot": (B, q),
+    "n_boot": B}``. Both need ``G >= 2`` (one seed resampled is always itself)
+    and finite replicates.
     """
     g = sums.shape[0]
     total = sums.sum(axis=0)
-    out: dict[str, Any] = {"jackknife": None}
-    if g >= 2:
+    out: dict[str, Any] = {"jackknife": None, "jackknife_cov": None, "bootstrap": None,
+                           "bootstrap_cov": None, "n_boot": 0}  # fmt: skip
+    q = np.atleast_1d(fn(total)).shape[-1]
+    out["boot"] = np.zeros((0, q))
+    if g < 2:
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
         jk = fn(total[None, :] - sums)
-        out["jackknife"] = np.sqrt((g - 1) / g * np.sum((jk - jk.mean(axis=0)) ** 2, axis=0))
+    if np.all(np.isfinite(jk)):
+        dev = jk - jk.mean(axis=0)
+        cov = (g - 1) / g * dev.T @ dev
+        out["jackknife_cov"], out["jackknife"] = cov, np.sqrt(np.diag(cov))
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot)
     with np.errstate(divide="ignore", invalid="ignore"):
         boot = fn(counts @ sums)
     ok = np.all(np.isfinite(boot), axis=1)
-    out["boot"] = boot[ok]
-    out["bootstrap"] = np.std(boot[ok], axis=0, ddof=1) if ok.sum() > 1 else None
-    out["n_boot"] = int(ok.sum())
+    out["boot"], out["n_boot"] = boot[ok], int(ok.sum())
+    if ok.sum() > 1:
+        cov = np.atleast_2d(np.cov(boot[ok].T, ddof=1))
+        out["bootstrap_cov"], out["bootstrap"] = cov, np.sqrt(np.diag(cov))
     return out
 
 
-def _finish(
-    est: np.ndarray, errs: dict[str, Any], prefer: str, n: int, g: int, weighted: bool
-) -> Fit:
-    chosen = prefer if errs.get(prefer) is not None else "bootstrap"
-    err = errs[chosen]
-    rep = {
+def _chosen(errs: dict[str, Any], prefer: str) -> str:
+    """``prefer`` when it exists, else the other method, else ``none``."""
+    for method in (prefer, "bootstrap", "jackknife"):
+        if errs.get(method) is not None:
+            return method
+    return "none"
+
+
+def _report(errs: dict[str, Any], g: int, weights: str) -> dict[str, Any]:
+    rep: dict[str, Any] = {
         k: (None if errs[k] is None else [float(x) for x in errs[k]])
         for k in ("jackknife", "bootstrap")
     }
-    rep.update(n_boot=errs["n_boot"], n_groups=g, weighted=weighted)
-    return Fit(float(est[0]) - 1.0, float(est[1]), float(err[0]), float(err[1]),
-               chosen, rep, n, g, "", errs["boot"] - np.array([1.0, 0.0]))  # fmt: skip
+    rep.update(n_boot=errs["n_boot"], n_groups=g, weights=weights,
+               weighted=weights != "none")  # fmt: skip
+    return rep
+
+
+def _finish(
+    est: np.ndarray, errs: dict[str, Any], prefer: str, n: int, g: int, weights: str
+) -> Fit:
+    """A :class:`Fit` from ``est = (1 + m, c)`` and the errors of the chosen method."""
+    chosen = _chosen(errs, prefer)
+    shift = np.array([1.0, 0.0])
+    cov = None if chosen == "none" else errs[f"{chosen}_cov"]
+    m_err = None if cov is None else float(np.sqrt(cov[0, 0]))
+    c_err = None if cov is None else float(np.sqrt(cov[1, 1]))
+    return Fit(float(est[0]) - 1.0, float(est[1]), m_err, c_err, chosen, _report(errs, g, weights),
+               n, g, "", errs["boot"] - shift, cov, weights)  # fmt: skip
 
 
 def fit_regression(
@@ -137,18 +206,19 @@ def fit_regression(
     std: np.ndarray | None = None,
     groups: np.ndarray | None = None,
     *,
+    weights: str = "none",
     errors: str = "jackknife",
     n_boot: int = 1000,
     seed: int = 0,
 ) -> Fit:
-    """Weighted least squares of ``g_hat`` on ``g_true``; errors by seed group.
+    """Least squares of ``g_hat`` on ``g_true`` (``weights``: see :func:`weights_for`).
 
     ``groups`` are the seeds (default: every row its own group); ``errors``
     picks the reported error (``jackknife`` or ``bootstrap``; both are kept in
     ``Fit.errors``).
     """
     x, y = np.asarray(g_true, float), np.asarray(g_hat, float)
-    w, weighted = _weights(std, x.size)
+    w = weights_for(std, x.size, weights)
     groups = np.arange(x.size) if groups is None else np.asarray(groups)
     terms = np.stack([w, w * x, w * y, w * x * x, w * x * y], axis=1)
 
@@ -162,7 +232,7 @@ def fit_regression(
     sums = _group_sums(terms, groups)
     est = fn(sums.sum(axis=0))
     errs = group_errors(sums, fn, n_boot=n_boot, seed=seed)
-    return _finish(est, errs, errors, x.size, sums.shape[0], weighted)
+    return _finish(est, errs, errors, x.size, sums.shape[0], weights)
 
 
 def fit_offset(
@@ -171,14 +241,15 @@ def fit_offset(
     std: np.ndarray | None = None,
     groups: np.ndarray | None = None,
     *,
+    weights: str = "none",
     errors: str = "jackknife",
     n_boot: int = 1000,
     seed: int = 0,
     reason: str = "",
 ) -> Fit:
-    """Constant truth: ``m`` undefined (``None`` with ``reason``), ``c`` the weighted mean offset."""
+    """Constant truth: ``m`` undefined (``None`` with ``reason``), ``c`` the mean offset."""
     d = np.asarray(g_hat, float) - np.asarray(g_true, float)
-    w, weighted = _weights(std, d.size)
+    w = weights_for(std, d.size, weights)
     groups = np.arange(d.size) if groups is None else np.asarray(groups)
     sums = _group_sums(np.stack([w, w * d], axis=1), groups)
 
@@ -186,13 +257,16 @@ def fit_offset(
         return (s[..., 1] / s[..., 0])[..., None]
 
     errs = group_errors(sums, fn, n_boot=n_boot, seed=seed)
-    chosen = errors if errs.get(errors) is not None else "bootstrap"
+    chosen = _chosen(errs, errors)
     c = float(fn(sums.sum(axis=0))[0])
-    c_err = float(errs[chosen][0]) if errs[chosen] is not None else math.nan
+    c_err = None if chosen == "none" else float(errs[chosen][0])
+    cov = None if c_err is None else np.diag([0.0, c_err**2])
     rep = {k: (None if errs[k] is None else float(errs[k][0])) for k in ("jackknife", "bootstrap")}
-    rep.update(n_boot=errs["n_boot"], n_groups=sums.shape[0], weighted=weighted)
+    rep.update(n_boot=errs["n_boot"], n_groups=sums.shape[0], weights=weights,
+               weighted=weights != "none")  # fmt: skip
     boot = np.stack([np.zeros(len(errs["boot"])), errs["boot"][:, 0]], axis=1)
-    return Fit(None, c, None, c_err, chosen, rep, d.size, sums.shape[0], reason, boot)
+    return Fit(None, c, None, c_err, chosen, rep, d.size, sums.shape[0], reason, boot, cov,
+               weights)  # fmt: skip
 
 
 def has_pairs(pair_id: np.ndarray, pair_sign: np.ndarray) -> bool:
@@ -220,14 +294,16 @@ def fit_paired(
     std_minus: np.ndarray | None = None,
     groups: np.ndarray | None = None,
     *,
+    weights: str = "none",
     n_boot: int = 1000,
     seed: int = 0,
 ) -> Fit:
-    """Paired estimator over complete +g/-g pairs; bootstrap errors over pairs.
+    """Paired estimator over complete +g/-g pairs; bootstrap errors over seeds.
 
     Pairs that share a seed (same galaxy and noise at several |g|) are
     resampled together (``groups``); with one pair per seed this is the plain
-    bootstrap over pairs. The jackknife is kept in ``Fit.errors`` too.
+    bootstrap over pairs. The jackknife is kept in ``Fit.errors`` too. With
+    ``inverse-variance`` weights a pair weighs ``4 / (std_+^2 + std_-^2)``.
     """
     g = np.asarray(g_plus, float)
     dd = (np.asarray(hat_plus, float) - np.asarray(hat_minus, float)) / 2.0
@@ -235,7 +311,7 @@ def fit_paired(
     both = None
     if std_plus is not None and std_minus is not None:
         both = np.sqrt((np.asarray(std_plus) ** 2 + np.asarray(std_minus) ** 2) / 4.0)
-    w, weighted = _weights(both, g.size)
+    w = weights_for(both, g.size, weights)
     groups = np.arange(g.size) if groups is None else np.asarray(groups)
     sums = _group_sums(np.stack([w * g * dd, w * g * g, w, w * aa], axis=1), groups)
 
@@ -244,13 +320,16 @@ def fit_paired(
 
     est = fn(sums.sum(axis=0))
     errs = group_errors(sums, fn, n_boot=n_boot, seed=seed)
-    return _finish(est, errs, "bootstrap", g.size, sums.shape[0], weighted)
+    return _finish(est, errs, "bootstrap", g.size, sums.shape[0], weights)
 
 
-def binomial_band(n: int, p: float, z: float = 3.0) -> tuple[float, float]:
-    """Central ``1 - 2 Phi(-z)`` interval of ``Binomial(n, p) / n``."""
-    tail = float(st.norm.sf(z))
-    return float(st.binom.ppf(tail, n, p)) / n, float(st.binom.isf(tail, n, p)) / n
+def n_independent(groups: np.ndarray | None, n: int) -> int:
+    """Independent trials among ``n`` rows: the distinct seeds (``n`` when ``groups`` is None)."""
+    return n if groups is None else len(np.unique(np.asarray(groups)))
+
+
+def _too_few(n_seeds: int, min_seeds: int) -> str:
+    return f"too few to test: {n_seeds} independent seed(s) < min_seeds {min_seeds}"
 
 
 def coverage(
@@ -260,15 +339,19 @@ def coverage(
     level: float,
     z: float = 3.0,
     groups: np.ndarray | None = None,
+    min_seeds: int = 20,
 ) -> dict[str, Any]:
-    """Observed coverage of central ``level`` intervals ``[q_lo, q_hi]`` with its binomial band.
+    """Observed coverage of central ``level`` intervals ``[q_lo, q_hi]``, tested two-sided.
 
     Realizations sharing a seed (``groups``: one noise field reused at every
-    grid point) are not independent trials, so the band is that of
-    ``Binomial(n_eff, level) / n_eff`` with ``n_eff`` the number of distinct
-    groups: exact when a group's members are all inside or all outside,
-    conservative otherwise. Returns ``{"skipped": reason}`` when the intervals
-    are missing or have no width (e.g. a point estimate).
+    grid point) are not independent trials, so ``n`` is the number of distinct
+    seeds (the number of rows when each seed is used once): conservative when a
+    seed's members are not all inside or all outside. ``status`` is ``pass``
+    when the observed fraction lies in ``[p - z se, p + z se]`` (clipped to
+    [0, 1]), ``se = sqrt(p (1 - p) / n)``, ``fail`` outside it (too low or too
+    high), and ``inconclusive`` with fewer than ``min_seeds`` seeds. Returns
+    ``{"skipped": reason}`` when the intervals are missing or have no width
+    (e.g. a point estimate): not a test at all.
     """
     t, lo, hi = (np.asarray(a, float) for a in (g_true, q_lo, q_hi))
     if t.size == 0:
@@ -279,26 +362,61 @@ def coverage(
         return {"skipped": "zero-width posterior intervals (point estimates)"}
     inside = (lo <= t) & (t <= hi)
     f = float(inside.mean())
-    n_eff = t.size if groups is None else len(np.unique(np.asarray(groups)))
-    band = binomial_band(n_eff, level, z)
-    return {"observed": f, "expected": level, "band": list(band), "z": z, "n": int(t.size),
-            "n_eff": int(n_eff),
-            "n_inside": int(inside.sum()), "passed": bool(band[0] <= f <= band[1])}  # fmt: skip
+    n_eff = n_independent(groups, t.size)
+    se = math.sqrt(level * (1.0 - level) / n_eff)
+    band = [max(0.0, level - z * se), min(1.0, level + z * se)]
+    if n_eff < min_seeds:
+        status, reason = "inconclusive", _too_few(n_eff, min_seeds)
+    elif f < band[0]:
+        status, reason = "fail", "coverage too low (intervals too narrow or shifted)"
+    elif f > band[1]:
+        status, reason = "fail", "coverage too high (intervals too wide)"
+    else:
+        status, reason = "pass", ""
+    return {"observed": f, "expected": level, "band": band, "se": se, "z": z, "n": int(t.size),
+            "n_eff": int(n_eff), "min_seeds": int(min_seeds), "n_inside": int(inside.sum()),
+            "status": status, "passed": status == "pass", "reason": reason}  # fmt: skip
 
 
-def sbc(ranks: np.ndarray, n_bins: int | None = None) -> dict[str, Any]:
-    """Uniformity of SBC ranks in [0, 1]: chi-square on equal bins (>= 5 expected each) and KS."""
+def sbc(
+    ranks: np.ndarray,
+    n_bins: int | None = None,
+    groups: np.ndarray | None = None,
+    min_seeds: int = 20,
+) -> dict[str, Any]:
+    """Uniformity of SBC ranks in [0, 1]: chi-square on equal bins (>= 5 expected each) and KS.
+
+    The test needs ``min_seeds`` independent seeds (``groups``; default: one per
+    rank) and at least 10 ranks; with fewer, ``status`` is ``inconclusive``
+    ("too few to test") and the statistics are computed only from 10 ranks on.
+    ``status`` (``pass``/``fail`` against a p-value floor) is set by the caller.
+    """
     r = np.asarray(ranks, float)
-    r = r[np.isfinite(r)]
+    ok = np.isfinite(r)
+    r = r[ok]
+    n_seeds = n_independent(None if groups is None else np.asarray(groups)[ok], r.size)
+    out: dict[str, Any] = {"n": int(r.size), "n_eff": int(n_seeds), "min_seeds": int(min_seeds)}
+    if n_seeds < min_seeds or r.size < 10:
+        why = _too_few(n_seeds, min_seeds) if n_seeds < min_seeds else (
+            f"too few to test: {r.size} ranks < 10")  # fmt: skip
+        out.update(status="inconclusive", reason=why)
     if r.size < 10:
-        return {"skipped": f"too few ranks ({r.size} < 10)"}
+        return out
     bins = n_bins or int(np.clip(r.size // 5, 2, 20))
     counts, _ = np.histogram(np.clip(r, 0.0, 1.0), bins=bins, range=(0.0, 1.0))
     chi2 = st.chisquare(counts)
     ks = st.kstest(r, "uniform")
-    return {"n": int(r.size), "n_bins": bins, "counts": counts.tolist(),
-            "chi2": float(chi2.statistic), "p_value": float(chi2.pvalue),
-            "ks_statistic": float(ks.statistic), "ks_p_value": float(ks.pvalue)}  # fmt: skip
+    out.update({"n_bins": bins, "counts": counts.tolist(),
+                "chi2": float(chi2.statistic), "p_value": float(chi2.pvalue),
+                "ks_statistic": float(ks.statistic), "ks_p_value": float(ks.pvalue)})  # fmt: skip
+    return out
 
 
-# --------------------------------------------------------------------------- campaign analysis
+def error_label(fit: Fit) -> str:
+    """Which error produced a fit's ``±``: ``jackknife over 20 seeds``, ``bootstrap over ...``."""
+    if fit.error_method == "none":
+        return f"no error: {fit.n_groups} independent seed(s)"
+    label = f"{fit.error_method} over {fit.n_groups} seeds"
+    if fit.error_method == "bootstrap":
+        label += f", {fit.errors.get('n_boot', 0)} resamples"
+    return label

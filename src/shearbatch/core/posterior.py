@@ -71,7 +71,9 @@ def build_posterior(problem) -> Posterior:
     priors = dict(zip(SHEAR_SITES, problem.shear, strict=True)) | problem.fields._asdict()
     transforms = {k: biject_to(sup) for k, (sup, _) in latent.items()}
     sites = {k: shape for k, (_, shape) in latent.items()}
-    z0 = {k: transforms[k].inv(jnp.broadcast_to(prior_mean(priors[k]), sh)) for k, sh in sites.items()}
+    z0 = {
+        k: transforms[k].inv(jnp.broadcast_to(prior_mean(priors[k]), sh)) for k, sh in sites.items()
+    }
     x0, unravel = ravel_pytree(z0)
 
     @jax.jit  # traced once per signature; grad/hessian/vmap reuse its jaxpr (fast tracing)

@@ -47,9 +47,17 @@ def prior_mean(p: Any) -> float:
     """Mean of a prior (the value of a fixed one); concrete, batch independent."""
     if p.kind == "fixed":
         return p.args[0]
-    if p.kind == "flat":
-        return 0.0
-    return float(to_distribution(p).mean)
+    a = p.args
+    if p.kind in ("flat", "uniform"):
+        return 0.0 if p.kind == "flat" else 0.5 * (a[0] + a[1])
+    if p.kind == "normal":
+        return a[0]
+    if p.kind == "lognormal":
+        return a[0] * math.exp(0.5 * a[1] * a[1])
+    from scipy import stats as st  # truncnormal (plain Python floats: safe under jit)
+
+    lo, hi = (a[2] - a[0]) / a[1], (a[3] - a[0]) / a[1]
+    return float(st.truncnorm.mean(lo, hi, loc=a[0], scale=a[1]))
 
 
 def prior_sd(p: Any) -> float:
@@ -59,7 +67,17 @@ def prior_sd(p: Any) -> float:
         return 0.0
     if p.kind == "flat":
         return 0.5
-    return float(np.sqrt(to_distribution(p).variance))
+    a = p.args
+    if p.kind == "normal":
+        return a[1]
+    if p.kind == "uniform":
+        return (a[1] - a[0]) / math.sqrt(12.0)
+    if p.kind == "lognormal":
+        return a[0] * math.exp(0.5 * a[1] ** 2) * math.sqrt(math.expm1(a[1] ** 2))
+    from scipy import stats as st
+
+    lo, hi = (a[2] - a[0]) / a[1], (a[3] - a[0]) / a[1]
+    return float(st.truncnorm.std(lo, hi, loc=a[0], scale=a[1]))
 
 
 def shrinkage(p: Any, post_sd: float) -> float:

@@ -273,7 +273,9 @@ def diagnose(draws: Draws) -> Diagnosis:
         flags |= flag("NONFINITE_POTENTIAL")
     if not bool(info["laplace_ok"]):
         flags |= flag("HESSIAN_NOT_PD")
-    converged = bool(info["converged"]) and float(info["decrement"]) <= DECREMENT_TOL
+    # the decrement decides (an optimiser's own rule can stop at the float resolution of
+    # a large U, e.g. a misspecified model's chi^2 of 1e7, with the mode already found)
+    converged = bool(np.isfinite(info["decrement"]) and info["decrement"] <= DECREMENT_TOL)
     if not converged:
         flags |= flag("OPT_NOT_CONVERGED")
     diag = {
@@ -302,6 +304,4 @@ def settings_from(inference) -> MapSettings:
 def method(inference) -> Method:
     """MAP + Laplace, from the plain ``inference`` settings."""
     settings = settings_from(inference)
-    return Method(
-        "map", lambda key, obs, post: fit(key, obs, post, settings), diagnose
-    )
+    return Method("map", lambda key, obs, post: fit(key, obs, post, settings), diagnose)

@@ -1,0 +1,157 @@
+"""The three-valued acceptance rule, the realizations a decision needs, and the seed example's
+verdict through the real CLIs (6 realizations, 2 seeds: too few to test coverage)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import SEED_IDS
+from shearbatch.analysis.verdict import EXIT_CODES, decide, n_needed, overall
+from shearbatch.cli import bias_extract, bias_run, bias_stats
+
+T, Z, N = 1e-3, 2.0, 100
+
+
+@pytest.mark.parametrize(
+    "x, err, status",
+    [
+        (2e-4, 4e-4, "pass"),  # |x| + 2 sigma = 1.0e-3 <= T: the boundary passes
+        (-2e-4, 3e-4, "pass"),  # the sign does not matter
+        (2e-4, 4.01e-4, "inconclusive"),
+        (8e-4, 2e-4, "inconclusive"),  # below T, but T is within 2 sigma
+        (1.1e-3, 2e-4, "inconclusive"),  # above T, but T is within 2 sigma
+        (1.5e-3, 2.4e-4, "fail"),  # |x| - 2 sigma = 1.02e-3 > T
+        (-3e-3, 1e-4, "fail"),
+        (1e-3, 0.0, "pass"),  # exactly on the threshold with no error
+    ],
+)
+def test_three_valued_rule(x, err, status):
+    got, need, why = decide(x, err, T, Z, N)
+    assert got == status
+    assert (need is not None) is (status == "inconclusive")
+    assert bool(why) is (status == "inconclusive")
+
+
+def test_no_error_is_inconclusive_never_pass():
+    for err in (None, math.nan, math.inf):
+        status, need, why = decide(0.0, err, T, Z, N)
+        assert (status, need) == ("inconclusive", None) and "no error" in why
+
+
+def test_n_needed_scales_as_one_over_sqrt_n():
+    """N_needed = N (z sigma / (T - |x|))^2; at N_needed the rescaled sigma just decides."""
+    x, err = 6e-4, 4e-4  # 0.6e-3 + 0.8e-3 > T: inconclusive
+    status, need, why = decide(x, err, T, Z, N)
+    assert status == "inconclusive" and "to decide" in why
+    assert need == pytest.approx(N * (Z * err / (T - x)) ** 2) and need == 400
+    sigma_then = err * math.sqrt(N / need)
+    assert decide(x, sigma_then, T, Z, need)[0] == "pass"
+    assert decide(x, sigma_then * 1.01, T, Z, need)[0] == "inconclusive"
+    # above the threshold: the realizations that would confirm the FAIL
+    x = 1.2e-3
+    status, need, why = decide(x, err, T, Z, N)
+    assert status == "inconclusive" and "confirm a FAIL" in why
+    assert need == pytest.approx(N * (Z * err / (x - T)) ** 2) and need == 1600
+    assert decide(x, err * math.sqrt(N / need) * 0.999, T, Z, need)[0] == "fail"
+    # on the threshold no N decides
+    assert n_needed(T, err, T, Z, N) is None
+    assert decide(T, err, T, Z, N) == ("inconclusive", None, decide(T, err, T, Z, N)[2])
+
+
+@pytest.mark.parametrize(
+    "statuses, verdict",
+    [
+        (["pass", "pass"], "PASS"),
+        (["pass", "inconclusive"], "INCONCLUSIVE"),
+        (["inconclusive", "fail", "pass"], "FAIL"),
+        (["fail"], "FAIL"),
+    ],
+)
+def test_overall_verdict(statuses, verdict):
+    assert overall(statuses) == verdict
+    assert EXIT_CODES[verdict] == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}[verdict]
+
+
+def test_overall_rejects_unknown_status():
+    with pytest.raises(ValueError, match="unknown status"):
+        overall(["pass", "PASSED"])
+
+
+@pytest.fixture(scope="module")
+def seed_example(module_tmp):
+    camp, csv = module_tmp / "camp", module_tmp / "summary.csv"
+    res = CliRunner().invoke(bias_run, [
+        "--config", "configs/level0.yaml", "--batch-size", "4", "--shear-grid", "0.01", "0.02",
+        "0.05", "--n-realizations", "2", "--base-seed", "42", "--x64", "--no-progress",
+        "--output-dir", str(camp),
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in camp.iterdir()) == sorted(SEED_IDS)
+    res = CliRunner().invoke(bias_extract, ["--input-dir", str(camp), "--output", str(csv)])
+    assert res.exit_code == 0, res.output
+    return module_tmp, csv
+
+
+def test_seed_example_is_inconclusive_with_the_realizations_needed(seed_example):
+    tmp, csv = seed_example
+    res = CliRunner().invoke(bias_stats, ["--input", str(csv), "--output-dir", str(tmp / "st")])
+    assert res.exit_code == 3, res.output
+    r = json.loads((tmp / "st" / "bias_results.json").read_text())
+    assert r["verdict"] == "INCONCLUSIVE" and r["passed"] is False
+    assert (r["n_used"], r["n_seeds"], r["point_estimate"], r["weights"]) == (6, 2, "mean", "none")
+    crit = {c["name"]: c for c in r["criteria"]}
+    assert set(crit) >= {"|m1|", "|c1|", "|c2|", "fraction converged"} and "|m2|" not in crit
+    for c in r["criteria"]:
+        assert c["status"] in ("pass", "fail", "inconclusive")
+        assert c["passed"] is (c["status"] == "pass")
+    # coverage cannot be tested with 2 seeds: inconclusive, 20 seeds x 3 grid points needed
+    cov = [c for c in r["criteria"] if c["name"].startswith("coverage")]
+    assert len(cov) == 4
+    for c in cov:
+        assert c["status"] == "inconclusive" and "too few to test" in c["reason"]
+        assert c["n_needed"] == 60
+        assert f"[INCONCLUSIVE] {c['name']}" in res.output
+    assert res.output.count("needs ~60 realizations") == 4
+    # every inconclusive m or c says how many realizations would decide it
+    for name in ("|m1|", "|c1|", "|c2|"):
+        c = crit[name]
+        assert (
+            c["err"] is not None and c["z"] == 2.0 and c["error_method"] == "jackknife over 2 seeds"
+        )
+        assert f"[{c['status'].upper()}] {name}" in res.output
+        if c["status"] == "inconclusive":
+            assert c["n_needed"] > 6 and f"~{c['n_needed']} realizations" in res.output
+    assert "m1 = " in res.output and "(jackknife over 2 seeds)" in res.output
+    assert "m2 = undefined" in res.output and "not a criterion" in res.output
+    assert "verdict: INCONCLUSIVE (exit 3)" in res.output
+    # the mode (MAP) is read from convergence.json and can be chosen
+    res = CliRunner().invoke(bias_stats, ["--input", str(csv), "--output-dir", str(tmp / "mode"),
+                                          "--point", "mode", "--no-plots"])  # fmt: skip
+    assert res.exit_code == 3, res.output
+    rm = json.loads((tmp / "mode" / "bias_results.json").read_text())
+    assert rm["point_estimate"] == "mode"
+    # MAP's antithetic Laplace draws have the mode as their mean
+    np.testing.assert_allclose(rm["m1"], r["m1"], atol=1e-3 * r["m1_err"])
+
+
+def test_seed_example_passes_when_coverage_is_not_gated(seed_example, tmp_path):
+    """With min_seeds lowered to the campaign's 2 seeds every criterion is decided: PASS, exit 0."""
+    _, csv = seed_example
+    acc = tmp_path / "acc.yaml"
+    acc.write_text("level_0: {min_seeds: 2}\n")
+    res = CliRunner().invoke(bias_stats, ["--input", str(csv), "--output-dir", str(tmp_path / "o"),
+                                          "--acceptance-config", str(acc), "--no-plots"])  # fmt: skip
+    r = json.loads((tmp_path / "o" / "bias_results.json").read_text())
+    assert res.exit_code == 0, res.output
+    assert r["verdict"] == "PASS" and r["passed"] and "verdict: PASS (exit 0)" in res.output
+
+
+def test_stats_help_documents_exit_codes():
+    res = CliRunner().invoke(bias_stats, ["--help"])
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert "0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 bad input" in text
+    assert "--point" in text and "--weights" in text and "biased at low S/N" in text
