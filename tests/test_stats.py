@@ -166,6 +166,20 @@ def test_exclusions_are_counted_with_reasons():
     assert res["n_failed"] == res["n_incomplete"] == 1
 
 
+def test_exclusions_are_counted_by_flag():
+    df = grid_table(np.random.default_rng(7), n_seeds=5)
+    df["flags"] = ""
+    df.loc[0, ["status", "flags"]] = ["failed", "NONFINITE_DATA|NONFINITE_DRAWS"]
+    df.loc[1, ["status", "flags"]] = ["failed", "OPT_NOT_CONVERGED"]
+    df.loc[2, ["passed_convergence", "flags"]] = [False, "RHAT_HIGH|ESS_LOW"]
+    df.loc[3, ["passed_convergence", "flags"]] = [False, "ESS_LOW"]
+    res, _, _ = acceptance.analyze(df)
+    ex = res["excluded"]
+    assert ex["flag ESS_LOW"] == 2 and ex["flag RHAT_HIGH"] == 1
+    assert ex["flag NONFINITE_DATA"] == ex["flag NONFINITE_DRAWS"] == 1
+    assert ex["flag OPT_NOT_CONVERGED"] == 1 and ex["status failed"] == 2
+
+
 @pytest.mark.parametrize(
     "kw, msg",
     [({"level": "level_9"}, "unknown level"), ({"estimator": "x"}, "unknown estimator")],

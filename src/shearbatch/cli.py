@@ -509,6 +509,12 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
                f"{res['point_estimate']}, weights {res['weights']}: used {res['n_used']} of "
                f"{res['n_realizations']} realization(s) ({res['n_seeds']} independent seeds); "
                f"excluded: {ex}")  # fmt: skip
+    pr = res.get("prior") or {}
+    if pr.get("dominated"):
+        click.echo(f"  WARNING prior-dominated: the shear prior pulls the estimates by a median "
+                   f"{max(v for k, v in pr.items() if k.startswith('shrinkage') and v):.2g} "
+                   f"(m shifted by about that much); use the flat default prior "
+                   f"(gal.shear.type: UniformDisk) for calibration")  # fmt: skip
     for k in ("m1", "c1", "m2", "c2"):
         comp = f"g{k[1]}"
         if res[k] is None:

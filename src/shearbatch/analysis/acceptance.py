@@ -90,6 +90,25 @@ def _ok_converged(df: Any) -> tuple[Any, Any]:
     return status, conv
 
 
+#: median predicted pull of the shear prior above which a campaign is prior-dominated
+PRIOR_PULL_MAX = 1e-3
+
+
+def prior_report(use: Any) -> dict[str, Any]:
+    """Median predicted pull of the shear prior on the estimates (-m it causes), per
+    component, and whether the campaign is prior-dominated (pull > PRIOR_PULL_MAX)."""
+    out: dict[str, Any] = {"threshold": PRIOR_PULL_MAX}
+    pulls = []
+    for c in ("g1", "g2"):
+        col = f"prior_shrinkage_{c}"
+        v = use[col].to_numpy(float) if col in use else np.array([])
+        v = v[np.isfinite(v)]
+        out[f"shrinkage_{c}"] = float(np.median(v)) if v.size else None
+        pulls += [float(np.median(v))] if v.size else []
+    out["dominated"] = bool(pulls) and max(pulls) > PRIOR_PULL_MAX
+    return out
+
+
 def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
     """The ``ok`` rows that pass convergence with finite truths and ``point`` estimates,
     and ``{why excluded: count}``."""
@@ -100,6 +119,10 @@ def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
     why["did not pass convergence"] = int(((status == "ok") & ~conv).sum())
     why["non-finite truth or estimate"] = int(((status == "ok") & conv & ~finite).sum())
     keep = (status == "ok").to_numpy() & conv.to_numpy() & finite
+    if "flags" in df:  # every excluded row counted by each of its named flags
+        names = df.loc[~keep, "flags"].dropna().astype(str)
+        for flag in sorted({f for v in names for f in v.split("|") if f}):
+            why[f"flag {flag}"] = int(names.str.split("|").apply(lambda fs, f=flag: f in fs).sum())
     return df[keep].reset_index(drop=True), {k: v for k, v in why.items() if v}
 
 
@@ -320,6 +343,7 @@ def analyze(
                        "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
                    for c, f in fits.items()}  # fmt: skip
     res.update(coverage=cov, sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=crit)
+    res["prior"] = prior_report(use)
     res["verdict"] = overall(c["status"] for c in crit)
     res["passed"] = res["verdict"] == "PASS"
     return res, fits, use

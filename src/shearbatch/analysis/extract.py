@@ -74,7 +74,8 @@ SUMMARY_COLUMNS = [
     *[f"g{i}_{q}" for i in (1, 2) for q in QUANTILES],
     "g1_mode", "g2_mode",
     "ess_tail_g1", "ess_tail_g2", "rank_g1", "rank_g2", "pair_id", "pair_sign",
-    "batch_size", "runtime_s", "reason", "flags", "truth_from_prior", "path",
+    "batch_size", "runtime_s", "reason", "flags", "truth_from_prior",
+    "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
 ]  # fmt: skip
 
 
@@ -198,6 +199,13 @@ def read_realization(
         conv.get("divergences"),
         conv.get("divergence_frac"),
     )
+    row["precision"] = conv.get("precision")
+    snr = conv.get("snr")
+    row["snr"] = float(np.median(snr)) if isinstance(snr, list) and snr else None
+    prior = conv.get("prior") if isinstance(conv.get("prior"), Mapping) else {}
+    for s in ("g1", "g2"):
+        p = prior.get(s)
+        row[f"prior_shrinkage_{s}"] = p.get("shrinkage") if isinstance(p, Mapping) else None
     flags = convergence_flags(conv, thresholds)
     row["flags"] = "|".join(fl.names(flags))
     row["passed_convergence"] = flags == 0

@@ -37,7 +37,7 @@ from numpyro.infer.util import log_density, potential_energy
 from .model import SHEAR_SITES, make_model
 from .priors import prior_mean
 
-__all__ = ["Posterior", "build_posterior"]
+__all__ = ["Posterior", "build_posterior", "posterior_of"]
 
 
 class Posterior(NamedTuple):
@@ -54,10 +54,18 @@ class Posterior(NamedTuple):
 
 
 def build_posterior(problem) -> Posterior:
-    """The flat-vector posterior of one realization of ``problem``."""
-    model = make_model(problem)
+    """The flat-vector posterior of one realization of ``problem``; every latent
+    starts at its prior mean."""
     im = problem.image
     dummy = jax.ShapeDtypeStruct((im.n_objects, im.ny, im.nx), jnp.result_type(float))
+    priors = dict(zip(SHEAR_SITES, problem.shear, strict=True)) | problem.fields._asdict()
+    return posterior_of(make_model(problem), dummy, {k: prior_mean(p) for k, p in priors.items()})
+
+
+def posterior_of(model, obs: jax.ShapeDtypeStruct, init: dict[str, float]) -> Posterior:
+    """The flat-vector posterior of any NumPyro ``model(obs)``; ``init`` gives each latent
+    site's (constrained) starting value."""
+    dummy = obs
     latent: dict[str, tuple[Any, tuple[int, ...]]] = {}
 
     def _trace(obs):  # abstract evaluation only: records each latent site's support and shape
@@ -68,12 +76,9 @@ def build_posterior(problem) -> Posterior:
         return jnp.zeros(())
 
     jax.eval_shape(_trace, dummy)
-    priors = dict(zip(SHEAR_SITES, problem.shear, strict=True)) | problem.fields._asdict()
     transforms = {k: biject_to(sup) for k, (sup, _) in latent.items()}
     sites = {k: shape for k, (_, shape) in latent.items()}
-    z0 = {
-        k: transforms[k].inv(jnp.broadcast_to(prior_mean(priors[k]), sh)) for k, sh in sites.items()
-    }
+    z0 = {k: transforms[k].inv(jnp.broadcast_to(init[k], sh)) for k, sh in sites.items()}
     x0, unravel = ravel_pytree(z0)
 
     @jax.jit  # traced once per signature; grad/hessian/vmap reuse its jaxpr (fast tracing)

@@ -1,0 +1,101 @@
+"""Issue 12: the shear prior does not decide the answer, and MAP is the mode in the
+physical parameters."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from click.testing import CliRunner
+
+from conftest import write_config
+from shearbatch.cli import bias_extract, bias_run, bias_stats
+from shearbatch.core.methods.map import MapSettings, laplace
+from shearbatch.core.posterior import posterior_of
+
+SETTINGS = MapSettings("newton", 200, None, None, 100)
+
+
+def _toy(lo: float, hi: float, y: float, sd: float):
+    def model(obs):
+        g = numpyro.sample("g", dist.Uniform(lo, hi))
+        numpyro.sample("y", dist.Normal(g, sd), obs=obs)
+
+    return posterior_of(model, jax.ShapeDtypeStruct((), jnp.float64), {"g": 0.0})
+
+
+def test_map_of_a_bounded_prior_is_the_analytic_mode():
+    """U(-0.9, 0.9) prior, y ~ N(g, 0.3), y = 0.6: the posterior mode in g is 0.6 (the
+    density is the likelihood inside the bounds). The potential with the logit transform's
+    Jacobian, which NUTS samples, has its minimum elsewhere: the test can tell them apart."""
+    post = _toy(-0.9, 0.9, 0.6, 0.3)
+    obs = jnp.asarray(0.6)
+    lap = jax.jit(lambda o: laplace(o, post, SETTINGS))(obs)
+    mode = float(post.constrain_fn(lap.opt.x)["g"])
+    # Newton stops at half-decrement <= 1e-10 (float64): within sqrt(2e-10) posterior sigma
+    assert float(lap.decrement) <= 1e-10 and bool(lap.ok)
+    assert abs(mode - 0.6) <= 0.3 * np.sqrt(2e-10)
+    # the Laplace width mapped to g to first order is the physical width 0.3
+    dg_dx = jax.grad(lambda x: post.constrain_fn(x)["g"][()])(lap.opt.x)[0]
+    assert abs(float(dg_dx * lap.scale[0, 0]) - 0.3) < 1e-6
+    # the Jacobian-ful potential's minimum (a grid over the unconstrained line) is far away
+    xs = jnp.linspace(-3, 3, 6001)[:, None]
+    u = jax.vmap(lambda x: post.potential_fn(x, obs))(xs)
+    g_jac = float(post.constrain_fn(xs[int(jnp.argmin(u))])["g"])
+    assert g_jac < 0.5, g_jac
+
+
+PRIORS = {
+    "flat": {},
+    "normal": {
+        "gal.shear": {
+            "type": "G1G2",
+            "g1": {"type": "Normal", "mean": 0.0, "sigma": 0.05},
+            "g2": {"type": "Normal", "mean": 0.0, "sigma": 0.05},
+        }
+    },
+}
+
+
+@pytest.fixture(scope="module", params=sorted(PRIORS))
+def campaign(request, module_tmp):
+    """16x16 Level 0 at noise 3e-3 (sigma(g) ~ 0.02), paired +-0.03, 12 seeds, MAP."""
+    name = request.param
+    cfg = write_config(
+        module_tmp / f"{name}.yaml",
+        {"image.size_x": 16, "image.size_y": 16, "gal.half_light_radius": 0.3,
+         "image.noise.sigma": 3e-3, **PRIORS[name]},
+    )  # fmt: skip
+    out = module_tmp / name
+    args = ["--config", cfg, "--shear-grid", "0.03", "--paired", "--n-realizations", "12",
+            "--batch-size", "24", "--x64", "--no-progress", "--output-dir", str(out / "runs")]  # fmt: skip
+    res = CliRunner().invoke(bias_run, args)
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(
+        bias_extract, ["--input-dir", str(out / "runs"), "--output", str(out / "s.csv")]
+    )
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(
+        bias_stats, ["--input", str(out / "s.csv"), "--output-dir", str(out / "st"), "--no-plots"]
+    )
+    assert res.exit_code in (0, 1, 3), res.output
+    return name, out, res.output, json.loads((out / "st" / "bias_results.json").read_text())
+
+
+def test_prior_dominated_campaign_is_flagged_and_the_default_is_not(campaign):
+    name, out, text, r = campaign
+    conv = json.loads(next((out / "runs").glob("*/convergence.json")).read_text())
+    pull = conv["prior"]["g1"]["shrinkage"]
+    if name == "flat":
+        assert pull == 0.0 and not r["prior"]["dominated"]
+        assert "prior-dominated" not in text
+        # no prior shrinkage: m1 consistent with zero (noise bias at S/N ~ 60 is << sigma_m)
+        assert abs(r["m1"]) < 3 * r["m1_err"], (r["m1"], r["m1_err"])
+    else:
+        assert pull > 0.05 and r["prior"]["dominated"]
+        assert "WARNING prior-dominated" in text
+        # the measured m is the predicted pull: m1 = -shrinkage (Gaussian prior x likelihood)
+        assert abs(r["m1"] + r["prior"]["shrinkage_g1"]) < 3 * r["m1_err"] + 0.1 * pull
