@@ -59,7 +59,11 @@ def test_level0_campaign_passes_acceptance(good, tmp_path):
     assert res.exit_code == 3, res.output
     assert r["verdict"] == "INCONCLUSIVE" and not r["passed"]
     assert r["level"] == "level_0" and r["estimator"] == "regression"
-    assert (r["point_estimate"], r["weights"], r["n_seeds"]) == ("mean", "none", 3)
+    assert (r["point_estimate"], r["weights"], r["n_seeds"]) == (
+        "mode",
+        "none",
+        3,
+    )  # auto: the mode for MAP
     assert r["n_realizations"] == r["n_used"] == 12
     assert abs(r["m1"]) < 1e-3 and abs(r["c1"]) < 1e-4 and abs(r["c2"]) < 1e-4
     assert r["m1_err"] < 1e-3 and r["m2"] is None and "constant" in r["m2_reason"]

@@ -101,7 +101,12 @@ def test_seed_example_is_inconclusive_with_the_realizations_needed(seed_example)
     assert res.exit_code == 3, res.output
     r = json.loads((tmp / "st" / "bias_results.json").read_text())
     assert r["verdict"] == "INCONCLUSIVE" and r["passed"] is False
-    assert (r["n_used"], r["n_seeds"], r["point_estimate"], r["weights"]) == (6, 2, "mean", "none")
+    assert (r["n_used"], r["n_seeds"], r["point_estimate"], r["weights"]) == (
+        6,
+        2,
+        "mode",
+        "none",
+    )  # auto: mode for MAP
     crit = {c["name"]: c for c in r["criteria"]}
     assert set(crit) >= {"|m1|", "|c1|", "|c2|", "fraction converged"} and "|m2|" not in crit
     for c in r["criteria"]:

@@ -419,9 +419,10 @@ def bias_extract(**kw: Any) -> int:
 @click.option("--estimator", default="auto", help="regression | paired | auto (paired if pairs).")
 @click.option(
     "--point",
-    default="mean",
+    default="auto",
     show_default=True,
-    help="Per-realization point estimate: mean | median | mode (the MAP / Laplace centre).",
+    help="Per-realization point estimate: mean | median | mode (the MAP / Laplace centre) | "
+    "auto (mode for MAP campaigns, posterior mean otherwise).",
 )
 @click.option(
     "--weights",
@@ -461,9 +462,9 @@ def bias_stats(**kw: Any) -> int:
         )
     if kw["estimator"] not in ("regression", "paired", "auto"):
         raise _fail(f"--estimator: unknown {kw['estimator']!r}; use regression, paired or auto")
-    if kw["point"] not in acceptance.POINT_ESTIMATES:
+    if kw["point"] not in (*acceptance.POINT_ESTIMATES, "auto"):
         raise _fail(
-            f"--point: unknown {kw['point']!r}; use {', '.join(acceptance.POINT_ESTIMATES)}"
+            f"--point: unknown {kw['point']!r}; use {', '.join(acceptance.POINT_ESTIMATES)} or auto"
         )
     if kw["weights"] not in stats.WEIGHTS:
         raise _fail(f"--weights: unknown {kw['weights']!r}; use {' or '.join(stats.WEIGHTS)}")
@@ -509,6 +510,8 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
                f"{res['point_estimate']}, weights {res['weights']}: used {res['n_used']} of "
                f"{res['n_realizations']} realization(s) ({res['n_seeds']} independent seeds); "
                f"excluded: {ex}")  # fmt: skip
+    if res.get("noise_bias"):
+        click.echo(f"  NOTE {res['noise_bias']['message']}")
     pr = res.get("prior") or {}
     if pr.get("dominated"):
         click.echo(f"  WARNING prior-dominated: the shear prior pulls the estimates by a median "
@@ -549,7 +552,7 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
 
 def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Path:
     from .analysis import plots
-    from .io import find_realization_dirs
+    from .io import POSTERIOR, find_realization_dirs
 
     d = out / "plots"
     d.mkdir(parents=True, exist_ok=True)
@@ -563,7 +566,7 @@ def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Pa
     if posterior_dir is not None:
         worst = plots.worst_converged(df)
         where = {p.name: p for p in find_realization_dirs(posterior_dir)}
-        found = [w for w in worst if w in where and (where[w] / "posterior.nc").is_file()]
+        found = [w for w in worst if w in where and (where[w] / POSTERIOR).is_file()]
         if found:
             truth = df.set_index("run_id")
             figs["worst_traces.png"] = plots.trace_figure(

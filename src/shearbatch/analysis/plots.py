@@ -32,6 +32,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats as st
 
+from ..io import POSTERIOR
 from .stats import Fit, error_label
 
 __all__ = ["coverage_figure", "rank_figure", "residual_figure", "stamps_figure", "trace_figure"]
@@ -202,7 +203,7 @@ def trace_figure(dirs: Sequence[Path], truths: Sequence[tuple[float, float]]) ->
     fig = _figure(12, 3.0 * max(len(dirs), 1))
     axes = np.atleast_2d(fig.subplots(max(len(dirs), 1), 3))
     for row, d, (t1, t2) in zip(axes, dirs, truths, strict=False):
-        with xr.open_dataset(Path(d) / "posterior.nc", group="posterior", engine="netcdf4") as ds:
+        with xr.open_dataset(Path(d) / POSTERIOR, group="posterior", engine="netcdf4") as ds:
             g = {s: np.asarray(ds[s].values, float) for s in ("g1", "g2")}
         for ax, comp, t in ((row[0], "g1", t1), (row[1], "g2", t2)):
             for ch in range(g[comp].shape[0]):
