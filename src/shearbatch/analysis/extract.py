@@ -75,7 +75,7 @@ SUMMARY_COLUMNS = [
     "g1_mode", "g2_mode",
     "ess_tail_g1", "ess_tail_g2", "rank_g1", "rank_g2", "pair_id", "pair_sign",
     "batch_size", "runtime_s", "reason", "flags", "truth_from_prior",
-    "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
+    "estimate", "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
 ]  # fmt: skip
 
 
@@ -200,6 +200,7 @@ def read_realization(
         conv.get("divergence_frac"),
     )
     row["precision"] = conv.get("precision")
+    row["estimate"] = conv.get("estimate")
     snr = conv.get("snr")
     row["snr"] = float(np.median(snr)) if isinstance(snr, list) and snr else None
     prior = conv.get("prior") if isinstance(conv.get("prior"), Mapping) else {}

@@ -65,3 +65,6 @@ class Method(NamedTuple):
     fit: Callable[[jax.Array, jax.Array, Any], Draws]
     diagnose: Callable[[Draws], Diagnosis]
     batch_report: Callable[[Draws], dict[str, Any]] | None = None
+    #: the per-realization point estimate the method stands for: "mode" (a joint mode,
+    #: e.g. MAP: bias-stats then uses g_mode and notes its noise bias) or "mean"
+    estimate: str = "mean"

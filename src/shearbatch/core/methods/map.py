@@ -310,4 +310,5 @@ def settings_from(inference) -> MapSettings:
 def method(inference) -> Method:
     """MAP + Laplace, from the plain ``inference`` settings."""
     settings = settings_from(inference)
-    return Method("map", lambda key, obs, post: fit(key, obs, post, settings), diagnose)
+    fit_fn = lambda key, obs, post: fit(key, obs, post, settings)  # noqa: E731
+    return Method("map", fit_fn, diagnose, estimate="mode")
