@@ -20,11 +20,12 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
-# A small Level 0 campaign: 4 shears x 8 realizations, MAP + Laplace in float64,
+# A small Level 0 campaign: 4 shears x 20 seeds (enough for the coverage gates), MAP + Laplace
+# in float64 (the config's precision),
 # then the summary table, then m and c with errors, coverage, plots and the verdict.
 demo: $(VENV)/.installed
 	$(BIN)/bias-run --config configs/level0.yaml --shear-grid -0.05 -0.02 0.02 0.05 \
-	    --g2-true 0.0 --n-realizations 8 --base-seed 0 --batch-size 32 --x64 \
+	    --g2-true 0.0 --n-realizations 20 --base-seed 0 --batch-size 40 \
 	    --output-dir $(OUT)/runs --preview $(OUT)/stamps.png --no-progress
 	@echo "realization directories under $(OUT)/runs:"
 	@ls $(OUT)/runs | column -c 100
