@@ -13,12 +13,18 @@ finite or +inf everywhere (the renderer itself is total, so nothing raises).
 
 Sites: ``g1``, ``g2`` (scalars); per-galaxy latents ``flux``, ``hlr``, ``e1``,
 ``e2``, ``dx``, ``dy`` with shape (M,) inside the ``galaxy`` plate.
+
+Plate-able: called inside ``numpyro.plate("realization", B, dim=-2)`` with
+``obs`` of shape (B, M, H, W), it is the joint model of B independent
+realizations (g1, g2: (B, 1); per-galaxy latents: (B, M)); bench/bench_nuts.py
+uses this for its joint-chain baseline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -54,17 +60,25 @@ def make_model(problem) -> Callable[[jnp.ndarray], None]:
         return numpyro.sample(name, to_distribution(p))
 
     def model(obs: jnp.ndarray) -> None:
+        lead = obs.shape[:-3]  # () for one realization, (B,) under an outer realization plate
         g1 = _site("g1", problem.shear[0], plate=False)
         g2 = _site("g2", problem.shear[1], plate=False)
         numpyro.factor("g_in_unit_disk", _disk(g1, g2))
         with numpyro.plate("galaxy", m):
             params = {k: _site(k, p, plate=True) for k, p in fields.items()}
             numpyro.factor("e_in_unit_disk", _disk(params["e1"], params["e2"]))
-            g = jnp.stack([jnp.asarray(g1, obs.dtype), jnp.asarray(g2, obs.dtype)])
+            g = jnp.stack(
+                [jnp.broadcast_to(jnp.asarray(v, obs.dtype), (*lead, 1))[..., 0] for v in (g1, g2)],
+                axis=-1,
+            )
             params = {
-                k: jnp.broadcast_to(jnp.asarray(v, obs.dtype), (m,)) for k, v in params.items()
+                k: jnp.broadcast_to(jnp.asarray(v, obs.dtype), (*lead, m))
+                for k, v in params.items()
             }
-            image = render_stamps(problem, params, g)
+            render = lambda p, gg: render_stamps(problem, p, gg)  # noqa: E731
+            for _ in lead:
+                render = jax.vmap(render)
+            image = render(params, g)
             numpyro.sample("obs", dist.Normal(image, sigma).to_event(2), obs=obs)
 
     return model
