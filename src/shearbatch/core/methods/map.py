@@ -210,31 +210,35 @@ class Laplace(NamedTuple):
     decrement: jax.Array  # g^T H^-1 g / 2 at x*: predicted distance to the mode (log density)
 
 
-def laplace(obs: jax.Array, model, settings: MapSettings) -> Laplace:
+def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Laplace:
     """Mode and Laplace approximation of ONE realization's posterior (``model``: a
-    :class:`shearbatch.core.posterior.Posterior`)."""
+    :class:`shearbatch.core.posterior.Posterior`). ``objective(x, obs)`` defaults to the
+    physical-parameter mode objective ``model.mode_fn``; samplers pass
+    ``model.potential_fn`` (the density they sample in x, Jacobian included: its mode is
+    finite even where a bounded latent's physical mode sits on a bound)."""
+    objective = model.mode_fn if objective is None else objective
     x0 = model.x0.astype(obs.dtype)
     if settings.optimizer == "newton":
-        fun = functools.partial(lambda x, o: model.mode_fn(x, o), o=obs)
+        fun = functools.partial(lambda x, o: objective(x, o), o=obs)
         tol = default_tol(x0.dtype) if settings.tol is None else settings.tol
         opt, hess = _newton(x0, fun, num_steps=settings.num_steps, tol=tol)
     else:
         opt = optimize(
             x0,
             obs,
-            model.mode_fn,
+            objective,
             num_steps=settings.num_steps,
             optimizer=settings.optimizer,
             learning_rate=settings.learning_rate or 0.1,
             tol=settings.tol,
         )
-        hess = jax.hessian(model.mode_fn)(opt.x, obs)
+        hess = jax.hessian(objective)(opt.x, obs)
     hess = 0.5 * (hess + hess.T)
     chol = jnp.linalg.cholesky(hess)
     ok = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.isfinite(hess))
     eye = jnp.eye(x0.shape[0], dtype=x0.dtype)
     scale = jax.scipy.linalg.solve_triangular(chol.T, eye, lower=False)  # L^-T
-    w = scale.T @ jax.grad(model.mode_fn)(opt.x, obs)  # L^-1 g: |w|^2 = g^T H^-1 g
+    w = scale.T @ jax.grad(objective)(opt.x, obs)  # L^-1 g: |w|^2 = g^T H^-1 g
     return Laplace(opt, chol, scale, ok, 0.5 * jnp.sum(w * w))
 
 

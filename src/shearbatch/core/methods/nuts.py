@@ -77,7 +77,7 @@ def _init(obs, model, settings: NutsSettings):
     x0 = model.x0.astype(dtype)
     if not settings.map_init:
         return x0, eye, 0.1, jnp.asarray(True)
-    lap = map_.laplace(obs, model, settings.map_settings)
+    lap = map_.laplace(obs, model, settings.map_settings, model.potential_fn)
     ok = lap.ok & jnp.all(jnp.isfinite(lap.scale))
     return jnp.where(ok, lap.opt.x, x0), jnp.where(ok, lap.scale, 0.1 * eye), 1.0, ok
 

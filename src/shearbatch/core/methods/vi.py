@@ -76,7 +76,7 @@ def _init_params(lap: map_.Laplace, guide: str) -> dict[str, jax.Array]:
 def fit(rng_key: jax.Array, obs: jax.Array, model, settings: ViSettings) -> Draws:
     """VI for ONE realization (``model``: a :class:`~shearbatch.core.posterior.Posterior`)."""
     k_fit, k_draw = jax.random.split(rng_key)
-    lap = map_.laplace(obs, model, settings.map_settings)
+    lap = map_.laplace(obs, model, settings.map_settings, model.potential_fn)
     params = _init_params(lap, settings.guide)
     d = lap.opt.x.shape[0]
     dtype = lap.opt.x.dtype
