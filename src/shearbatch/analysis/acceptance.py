@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.priors import PRIOR_PULL_MAX, campaign_pull
 from .stats import (
     WEIGHTS,
     Fit,
@@ -90,22 +91,18 @@ def _ok_converged(df: Any) -> tuple[Any, Any]:
     return status, conv
 
 
-#: median predicted pull of the shear prior above which a campaign is prior-dominated
-PRIOR_PULL_MAX = 1e-3
-
-
 def prior_report(use: Any) -> dict[str, Any]:
     """Median predicted pull of the shear prior on the estimates (-m it causes), per
     component, and whether the campaign is prior-dominated (pull > PRIOR_PULL_MAX)."""
     out: dict[str, Any] = {"threshold": PRIOR_PULL_MAX}
-    pulls = []
+    pulls = {}
     for c in ("g1", "g2"):
         col = f"prior_shrinkage_{c}"
         v = use[col].to_numpy(float) if col in use else np.array([])
-        v = v[np.isfinite(v)]
-        out[f"shrinkage_{c}"] = float(np.median(v)) if v.size else None
-        pulls += [float(np.median(v))] if v.size else []
-    out["dominated"] = bool(pulls) and max(pulls) > PRIOR_PULL_MAX
+        pulls[c] = v[np.isfinite(v)]
+        out[f"shrinkage_{c}"] = campaign_pull({c: pulls[c]})
+    pull = campaign_pull(pulls)
+    out["dominated"] = pull is not None and pull > PRIOR_PULL_MAX
     return out
 
 

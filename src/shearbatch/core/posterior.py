@@ -63,9 +63,8 @@ def build_posterior(problem) -> Posterior:
 
 
 def posterior_of(model, obs: jax.ShapeDtypeStruct, init: dict[str, float]) -> Posterior:
-    """The flat-vector posterior of any NumPyro ``model(obs)``; ``init`` gives each latent
-    site's (constrained) starting value."""
-    dummy = obs
+    """The flat-vector posterior of any NumPyro ``model(obs)`` (``obs``: the data's shape and
+    dtype); ``init`` gives each latent site's (constrained) starting value."""
     latent: dict[str, tuple[Any, tuple[int, ...]]] = {}
 
     def _trace(obs):  # abstract evaluation only: records each latent site's support and shape
@@ -75,7 +74,7 @@ def posterior_of(model, obs: jax.ShapeDtypeStruct, init: dict[str, float]) -> Po
                 latent[name] = (site["fn"].support, tuple(jnp.shape(site["value"])))
         return jnp.zeros(())
 
-    jax.eval_shape(_trace, dummy)
+    jax.eval_shape(_trace, obs)
     transforms = {k: biject_to(sup) for k, (sup, _) in latent.items()}
     sites = {k: shape for k, (_, shape) in latent.items()}
     z0 = {k: transforms[k].inv(jnp.broadcast_to(init[k], sh)) for k, sh in sites.items()}

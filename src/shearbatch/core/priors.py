@@ -14,6 +14,8 @@ import numpy as np
 import numpyro.distributions as dist
 
 __all__ = [
+    "PRIOR_PULL_MAX",
+    "campaign_pull",
     "draw_numpy",
     "draw_shear_from_prior",
     "prior_mean",
@@ -58,6 +60,18 @@ def prior_mean(p: Any) -> float:
 
     lo, hi = (a[2] - a[0]) / a[1], (a[3] - a[0]) / a[1]
     return float(st.truncnorm.mean(lo, hi, loc=a[0], scale=a[1]))
+
+
+#: a campaign whose shear prior is predicted to shift m by more than this (the largest
+#: per-component median pull) is prior-dominated; bias-run warns, bias-stats reports
+PRIOR_PULL_MAX = 1e-3
+
+
+def campaign_pull(pulls: dict[str, list[float]]) -> float | None:
+    """The campaign's predicted prior pull: the largest per-component median of the
+    realizations' ``shrinkage`` (``None`` when there is none)."""
+    meds = [float(np.median(v)) for v in pulls.values() if len(v)]
+    return max(meds) if meds else None
 
 
 def prior_sd(p: Any) -> float:
