@@ -1,6 +1,7 @@
 """Campaign plan: realizations, seeds, run ids, batches, SLURM array slices, resume.
 
-A campaign is a shear grid times ``n_realizations``. Realization ``i`` at a
+A campaign is a shear grid times ``n_realizations``; the grid is g1 values at
+a constant g2, or (``shear_grid_g2``) every ``(g1, g2)`` pair of two lists. Realization ``i`` at a
 grid point gets seed ``base_seed + i``; the *same* seeds are used at every grid
 point (common random numbers: the same galaxy and the same noise field are
 sheared by each g), so the regression slope is measured with far less noise
@@ -65,8 +66,15 @@ def plan_campaign(
     n_realizations: int = 1,
     base_seed: int = 0,
     paired: bool = False,
+    shear_grid_g2: Sequence[float] | None = None,
 ) -> list[Realization]:
     """Expand a shear grid x realizations into the deterministic campaign plan.
+
+    With ``shear_grid_g2`` the grid is two-dimensional: every ``(g1, g2)`` pair of
+    the two lists (g1 major), so both components vary and ``m1, c1, m2, c2`` are
+    all measurable; without it ``g2`` is the constant true g2. Paired 2-D points
+    are ``+(g1, g2)`` and ``-(g1, g2)`` with the ``+`` twin's g1 >= 0 (a vector and
+    its negative are one pair).
 
     Order: grid point major, realization minor (``-g`` right after ``+g`` when paired).
     """
@@ -74,21 +82,31 @@ def plan_campaign(
         raise ValueError("n_realizations must be >= 1")
     if base_seed < 0:
         raise ValueError("base_seed must be >= 0")
+    two_d = shear_grid_g2 is not None
+    points = [(a, b) for a in shear_grid for b in shear_grid_g2] if two_d else [
+        (a, g2) for a in shear_grid
+    ]  # fmt: skip
     plan: list[Realization] = []
     seen: set[str] = set()
-    for g in shear_grid:
-        signs = (1.0, -1.0) if paired and g != 0 else (1.0,)
+    for a, b in points:
+        if two_d and paired and (a < 0 or (a == 0 and b < 0)):
+            a, b = -a, -b  # the + twin of a 2-D pair has g1 >= 0
+        flips = paired and (a != 0 or (two_d and b != 0))
+        signs = (1.0, -1.0) if flips else (1.0,)
         for i in range(n_realizations):
             seed = base_seed + i
             for sign in signs:
-                g1 = sign * abs(g) if paired else g
-                _check_shear(g1, g2)
-                rid = run_id_for(g1, g2, seed)
+                g1 = sign * abs(a) if paired and not two_d else sign * a
+                gg2 = sign * b if two_d else b
+                _check_shear(g1, gg2)
+                rid = run_id_for(g1, gg2, seed)
                 if rid in seen:  # e.g. a grid that lists the same value twice
                     continue
                 seen.add(rid)
-                pair = f"p{abs(g):.4f}_s{seed}" if paired else ""
-                plan.append(Realization(rid, g1, g2, seed, pair, int(sign) if paired else 0))
+                pair = ""
+                if paired:
+                    pair = f"p{abs(a):.4f}_{b:+.4f}_s{seed}" if two_d else f"p{abs(a):.4f}_s{seed}"
+                plan.append(Realization(rid, g1, gg2, seed, pair, int(sign) if paired else 0))
     return plan
 
 

@@ -98,58 +98,295 @@ def _setup_logging(verbose: bool = False) -> None:
     root.setLevel(level)
 
 
+# --------------------------------------------------------------------------- help texts
+
+
+def _config_default(key: str) -> Any:
+    """The schema's default of a dotted config key (``campaign.batch_size`` -> 16)."""
+    from pydantic import BaseModel
+
+    from .schema import Config
+
+    model: Any = Config
+    *parents, last = key.split(".")
+    for part in parents:
+        model = type(model.model_fields[part].default)
+    value = model.model_fields[last].default
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+def _help(text: str, *, default: Any = None, config: str | None = None) -> str:
+    """Option help ending in its default, one pattern for every option of every command.
+
+    ``default="1000"`` -> ``[default: 1000]``; ``config="campaign.batch_size"`` ->
+    ``[default: from the config: campaign.batch_size (16 if unset)]``, the schema's
+    own default, so the help cannot drift from it. New options: pass one of the two.
+    """
+    if config is not None:
+        dflt = _config_default(config)
+        unset = "unset" if dflt is None else f"{dflt} if unset"
+        if isinstance(dflt, list):
+            unset = f"{', '.join(map(str, dflt))} if unset"
+        return f"{text} [default: from the config: {config} ({unset})]"
+    if default is not None:
+        return f"{text} [default: {default}]"
+    return text
+
+
+def _example(*lines: str) -> str:
+    """A command's epilog: a worked example, kept verbatim by click (``\\b``)."""
+    return "\b\nExample:\n" + "\n".join(f"  {ln}" for ln in lines)
+
+
+def _version_message() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    def v(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "not installed"
+
+    deps = ", ".join(f"{p} {v(p)}" for p in ("jax", "numpyro", "arviz"))
+    return f"%(prog)s (shearbatch {__version__}; {deps}; python {sys.version.split()[0]})"
+
+
+def _version_option() -> Any:
+    return click.version_option(
+        None, "--version", message=_version_message(), help="Show the versions and exit."
+    )
+
+
+_X64_HELP = (
+    "Precision of generation and inference: --x64 float64 (jax_enable_x64), --no-x64 float32 "
+    "(faster, half the memory; measured safe for MAP from S/N 15 to 1.2e5, see README)."
+)
+_CACHE_HELP = (
+    "Directory of JAX's persistent compilation cache, so later runs and SLURM array tasks "
+    "skip compilation; 'off' disables it."
+)
+
+
 # --------------------------------------------------------------------------- bias-run
 
 
 class _RunCommand(_Command):
-    variadic = ("--shear-grid",)
+    variadic = ("--shear-grid", "--shear-grid-g2")
 
 
-@click.command(cls=_RunCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "--shine-config", "config_path", required=True, help="YAML config.")
-@click.option("--g1-true", type=float, default=None, help="Single realization: true g1.")
-@click.option("--g2-true", type=float, default=None, help="True g2 (single realization or grid).")
-@click.option("--seed", type=int, default=None, help="Single realization: its seed.")
-@click.option("--run-id", default=None, help="Single realization: directory name.")
-@click.option(
-    "--shear-grid", type=float, multiple=True, help="Campaign g1 values, space-separated."
+@click.command(
+    cls=_RunCommand,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=_example(
+        "bias-run --config configs/level0.yaml --shear-grid -0.05 0.05 \\",
+        "         --shear-grid-g2 -0.05 0.05 --n-realizations 20 --output-dir results/c",
+        "bias-run --config configs/level0.yaml --show-config    # resolved config, defaults in",
+    ),
 )
-@click.option("--n-realizations", type=int, default=None, help="Realizations per grid point.")
-@click.option("--base-seed", type=int, default=None, help="Seed of realization 0.")
-@click.option("--paired/--no-paired", default=None, help="+g/-g pairs sharing seed and noise.")
+@click.option(
+    "--config",
+    "--shine-config",
+    "config_path",
+    default=None,
+    help="YAML config: image, psf, gal, inference, campaign (every key: docs/config.md). "
+    "--shine-config is an alias: it reads SHINE-style configs (the same GalSim-like sections). "
+    "[required, except with --show-config CONFIG]",
+)
+@click.option(
+    "--show-config",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[CONFIG]",
+    help="Print the resolved config as YAML (every default filled in, the flags given here "
+    "applied) and exit; CONFIG defaults to --config. [default: off]",
+)
+@click.option(
+    "--g1-true",
+    type=float,
+    default=None,
+    help=_help(
+        "Single realization: its true g1 (with --seed, --run-id).",
+        default="none: a campaign from the shear grid",
+    ),
+)
+@click.option(
+    "--g2-true",
+    type=float,
+    default=None,
+    help=_help(
+        "True g2 of a single realization, or of every grid point without --shear-grid-g2.",
+        config="campaign.g2",
+    ),
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help=_help("Single realization: its seed.", config="campaign.base_seed"),
+)
+@click.option(
+    "--run-id",
+    default=None,
+    help=_help(
+        "Single realization: its directory name under --output-dir.",
+        default="g1_<g1>_g2_<g2>_s<seed>",
+    ),
+)
+@click.option(
+    "--shear-grid",
+    type=float,
+    multiple=True,
+    help=_help(
+        "Campaign: true g1 values, space- or comma-separated (-0.05 0.05 or "
+        "-0.05,0.05); replaces the config's grid and turns SBC off.",
+        config="campaign.shear_grid",
+    ),
+)
+@click.option(
+    "--shear-grid-g2",
+    type=float,
+    multiple=True,
+    help=_help(
+        "Campaign: true g2 values; the grid is every (g1, g2) pair of the two lists, so "
+        "bias-stats measures m1, c1, m2 and c2. Without it g2 is constant "
+        "(--g2-true) and m2 is undefined.",
+        config="campaign.shear_grid_g2",
+    ),
+)
+@click.option(
+    "--n-realizations",
+    type=int,
+    default=None,
+    help=_help(
+        "Realizations (seeds base_seed, base_seed + 1, ...) per grid point.",
+        config="campaign.n_realizations",
+    ),
+)
+@click.option(
+    "--base-seed",
+    type=int,
+    default=None,
+    help=_help(
+        "Seed of realization 0 (the same seeds at every grid point).", config="campaign.base_seed"
+    ),
+)
+@click.option(
+    "--paired/--no-paired",
+    default=None,
+    help=_help(
+        "+g/-g twins sharing seed, galaxy and noise (the paired estimator cancels the noise).",
+        config="campaign.paired",
+    ),
+)
 @click.option(
     "--shear-from-prior",
     is_flag=True,
     default=None,
-    help="SBC: draw each realization's true shear from the inference prior (no grid).",
+    help=_help(
+        "SBC: draw each realization's true shear from the inference prior (no grid).",
+        config="campaign.shear_from_prior",
+    ),
 )
-@click.option("--batch-size", type=int, default=None, help="Realizations per compiled batch.")
-@click.option("--output-dir", default=None, help="Campaign output root.")
+@click.option(
+    "--batch-size",
+    type=int,
+    default=None,
+    help=_help(
+        "Realizations per compiled batch (lanes of one jit(vmap) program; memory grows with it).",
+        config="campaign.batch_size",
+    ),
+)
+@click.option(
+    "--output-dir",
+    default=None,
+    help=_help(
+        "Campaign root: one directory per realization is written under it.",
+        config="campaign.output_dir",
+    ),
+)
 @click.option(
     "--method",
     default=None,
-    help=f"Inference method, one of the registered methods ({', '.join(method_names())}); "
-    "overrides inference.method.",
+    help=_help(
+        f"Inference method, one of the registered methods ({', '.join(method_names())}):"
+        " map = MAP + Laplace draws, vi = variational, nuts = NUTS chains.",
+        config="inference.method",
+    ),
 )
-@click.option("--array-task-id", type=int, default=None, help="Default: SLURM_ARRAY_TASK_ID.")
-@click.option("--array-task-count", type=int, default=None, help="Default: SLURM_ARRAY_TASK_COUNT.")
-@click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
-@click.option("--preview", default=None, help="PNG of the first stamps this task simulates.")
-@click.option("--overwrite", is_flag=True, help="Redo complete realizations too.")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
+@click.option(
+    "--array-task-id",
+    type=int,
+    default=None,
+    help=_help(
+        "This task's index in a SLURM array (with --array-task-count).",
+        default="$SLURM_ARRAY_TASK_ID, else 0",
+    ),
+)
+@click.option(
+    "--array-task-count",
+    type=int,
+    default=None,
+    help=_help(
+        "Tasks in the array; each runs a contiguous slice of the plan.",
+        default="$SLURM_ARRAY_TASK_COUNT, else 1",
+    ),
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help=_help(
+        "Print the plan (batches, what this array task runs, what is already "
+        "complete) and exit; nothing is computed or written.",
+        default="off",
+    ),
+)
+@click.option(
+    "--preview",
+    default=None,
+    metavar="PNG",
+    help=_help("Also write a PNG of the first stamps this task simulates.", default="none"),
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help=_help(
+        "Redo complete realizations too.", default="off: they are skipped, so a re-run resumes"
+    ),
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help=_help("Progress bar.", default="on when stderr is a terminal"),
+)
 @click.option(
     "--x64/--no-x64",
     default=None,
-    help="Run generation and inference in float64 / float32 "
-    "(default: inference.precision of the config, float64 unless set).",
+    help=_help(_X64_HELP, config="inference.precision"),
 )
-@click.option("--cache-dir", default=None, help="JAX compilation cache (default: user cache).")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option(
+    "--cache-dir",
+    default=None,
+    help=_help(_CACHE_HELP, default="$SHEARBATCH_CACHE_DIR, else ~/.cache/shearbatch/jax"),
+)
+@click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
+@_version_option()
 def bias_run(**kw: Any) -> int:
-    """Stage 1: simulate and infer a campaign; one directory per realization."""
+    """Stage 1: simulate and infer a campaign; one directory per realization.
+
+    Writes <output-dir>/<run id>/{posterior.nc, truth.json, convergence.json};
+    complete realizations are skipped on a re-run. Exit status: 0 success, 1 some
+    realizations failed (the others are written), 2 bad input.
+    """
     from .schema import ConfigError
 
     _setup_logging(kw["verbose"])
+    if kw["show_config"] is not None:
+        return _show_config(kw)
+    if kw["config_path"] is None:
+        raise _fail("Missing option '--config' / '--shine-config'.")
     try:
         job = _plan_run(kw)
     except ConfigError as err:
@@ -183,6 +420,26 @@ def bias_run(**kw: Any) -> int:
     return 1 if report.n_failed else 0
 
 
+def _show_config(kw: dict[str, Any]) -> int:
+    """``--show-config``: the resolved config (defaults filled in, flags applied) as YAML."""
+    import yaml
+
+    from .schema import ConfigError, config_hash, load_config
+
+    path = kw["show_config"] or kw["config_path"]
+    if not path:
+        raise _fail("--show-config: give a config (--show-config CONFIG or --config CONFIG)")
+    try:
+        cfg = apply_flags(load_config(path), kw)
+    except ConfigError as err:
+        raise _fail(str(err)) from None
+    text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    click.echo(f"# {path}: resolved (defaults filled in, flags applied); config hash "
+               f"{config_hash(cfg)}; every key: docs/config.md")  # fmt: skip
+    click.echo(text, nl=False)
+    return 0
+
+
 def _preview(job: dict[str, Any], path: Path, n: int = 4) -> None:
     """Render the first ``n`` realizations of this task's plan (the generator only)."""
     from .analysis.plots import stamps_figure
@@ -214,12 +471,17 @@ def apply_flags(cfg: Any, kw: dict[str, Any]) -> Any:
 
     A flag that is given (not ``None``) wins over the config's ``campaign`` /
     ``inference.method``; a flag that is absent leaves the config's value.
-    ``--shear-grid`` replaces the grid (and turns SBC off); ``--shear-from-prior``
-    turns it on.
+    ``--shear-grid`` / ``--shear-grid-g2`` replace the grid's g1 / g2 values (and
+    turn SBC off); ``--g2-true`` without ``--shear-grid-g2`` makes g2 constant;
+    ``--shear-from-prior`` turns SBC on.
     """
     camp = {k: kw[f] for f, k in _CAMPAIGN_FLAGS.items() if kw.get(f) is not None}
     if kw.get("shear_grid"):
         camp.update(shear_grid=list(kw["shear_grid"]), shear_from_prior=False)
+    if kw.get("shear_grid_g2"):
+        camp.update(shear_grid_g2=list(kw["shear_grid_g2"]), shear_from_prior=False)
+    elif kw.get("g2_true") is not None:
+        camp["shear_grid_g2"] = None  # a constant g2 given here beats the config's g2 grid
     if kw.get("shear_from_prior"):
         camp["shear_from_prior"] = True
     inf: dict[str, Any] = {}
@@ -246,10 +508,14 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
             raise _fail(f"--{flag.replace('_', '-')}: must be >= 0, got {kw[flag]}")
     if kw["shear_grid"] and kw["g1_true"] is not None:
         raise _fail("--g1-true and --shear-grid are exclusive (single realization vs campaign)")
-    grid = kw["shear_grid"]
-    for g in grid:
-        if not abs(g) < 1:
-            raise _fail(f"--shear-grid: |g| must be < 1, got {g}")
+    for flag in ("shear_grid", "shear_grid_g2"):
+        for g in kw[flag]:
+            if not abs(g) < 1:
+                raise _fail(f"--{flag.replace('_', '-')}: |g| must be < 1, got {g}")
+    if kw["shear_grid_g2"] and kw["g2_true"] is not None:
+        raise _fail("--g2-true and --shear-grid-g2 are exclusive (constant g2 vs a g2 grid)")
+    if kw["shear_grid_g2"] and kw["g1_true"] is not None:
+        raise _fail("--g1-true and --shear-grid-g2 are exclusive (single realization vs campaign)")
     for flag in ("g1_true", "g2_true"):
         if kw[flag] is not None and not abs(kw[flag]) < 1:
             raise _fail(f"--{flag.replace('_', '-')}: |g| must be < 1, got {kw[flag]}")
@@ -286,8 +552,8 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     elif camp.shear_from_prior:
         from .core.priors import draw_shear_from_prior
 
-        if kw["shear_grid"]:
-            raise _fail("--shear-from-prior and --shear-grid are exclusive")
+        if kw["shear_grid"] or kw["shear_grid_g2"]:
+            raise _fail("--shear-from-prior and --shear-grid(-g2) are exclusive")
         plan = cp.plan_from_prior(
             lambda seed: draw_shear_from_prior(spec.model.shear, seed),
             n_realizations=camp.n_realizations,
@@ -308,9 +574,13 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
                 n_realizations=camp.n_realizations,
                 base_seed=camp.base_seed,
                 paired=camp.paired,
+                shear_grid_g2=camp.shear_grid_g2,
             )
         except ValueError as err:
-            raise _fail(f"--shear-grid/--g2-true: {err}") from None
+            raise _fail(f"--shear-grid/--shear-grid-g2/--g2-true: {err}") from None
+        if camp.shear_grid_g2 is None:
+            logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
+                        "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
     mine = cp.array_slice(plan, task_id, task_count)
     # lanes of the compiled program: never more than this task's share of the plan, and
     # fixed by the plan (not by what is left to do), so a resumed run reuses the program
@@ -366,13 +636,36 @@ def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- bias-extract
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--input-dir", required=True, help="Campaign root (nested layouts are scanned).")
-@click.option("--output", required=True, help="Summary table to write (CSV).")
-@click.option("--convergence-config", default=None, help="YAML: rhat_max, ess_min, ... (NUTS).")
-@click.option("--workers", type=int, default=None, help="Reader processes (default: CPU count).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.command(
+    cls=_Command,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=_example("bias-extract --input-dir results/c --output results/c/summary.csv"),
+)
+@click.option(
+    "--input-dir",
+    required=True,
+    help="Campaign root (bias-run's --output-dir; nested layouts are scanned).",
+)
+@click.option("--output", required=True, help="Summary table to write (CSV, one row each).")
+@click.option(
+    "--convergence-config",
+    default=None,
+    help=_help(
+        "YAML with a 'convergence:' block (rhat_max, ess_min, divergence_frac_max, "
+        "bfmi_min) re-gating NUTS realizations.",
+        default="built in, as spelled out in configs/acceptance.yaml",
+    ),
+)
+@click.option(
+    "--workers", type=int, default=None, help=_help("Reader processes.", default="CPU count")
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help=_help("Progress bar.", default="on when stderr is a terminal"),
+)
+@click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
+@_version_option()
 def bias_extract(**kw: Any) -> int:
     """Stage 2: one summary row per realization directory (ok, failed, incomplete, corrupt)."""
     from .analysis import extract as ex
@@ -410,31 +703,90 @@ def bias_extract(**kw: Any) -> int:
 # --------------------------------------------------------------------------- bias-stats
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(
+    cls=_Command,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=_example(
+        "bias-stats --input results/c/summary.csv --output-dir results/c/stats \\",
+        "           --level level_0 --posterior-dir results/c",
+    ),
+)
 @click.option("--input", "input_path", required=True, help="summary.csv from bias-extract.")
 @click.option("--output-dir", required=True, help="Where bias_results.json and plots/ go.")
-@click.option("--level", default="level_0", help="level_0 | level_1 | level_2 (acceptance).")
-@click.option("--posterior-dir", default=None, help="Campaign root: trace plots of the worst.")
-@click.option("--acceptance-config", default=None, help="YAML overriding the level's criteria.")
-@click.option("--estimator", default="auto", help="regression | paired | auto (paired if pairs).")
+@click.option(
+    "--level",
+    default="level_0",
+    help=_help(
+        "Acceptance thresholds: level_0 | level_1 | level_2 (configs/acceptance.yaml).",
+        default="level_0",
+    ),
+)
+@click.option(
+    "--posterior-dir",
+    default=None,
+    help=_help(
+        "Campaign root (bias-run's --output-dir): reads posterior.nc of the worst "
+        "realizations (failing convergence first, then largest R-hat, then largest "
+        "|estimate - truth| / std) for their diagnostic plot.",
+        default="none: no per-realization plots",
+    ),
+)
+@click.option(
+    "--acceptance-config",
+    default=None,
+    help=_help(
+        "YAML whose acceptance.<level> overrides the level's criteria (max_abs_m, "
+        "max_abs_c, z, coverage_z, min_seeds, ...).",
+        default="built in, as spelled out in configs/acceptance.yaml",
+    ),
+)
+@click.option(
+    "--estimator",
+    default="auto",
+    help=_help(
+        "regression (least squares of the estimate on g_true, jackknife over seeds) | "
+        "paired (+g/-g twins, bootstrap over seeds) | auto (paired when the campaign "
+        "has pairs).",
+        default="auto",
+    ),
+)
 @click.option(
     "--point",
     default="auto",
-    show_default=True,
-    help="Per-realization point estimate: mean | median | mode (the MAP / Laplace centre) | "
-    "auto (mode for MAP campaigns, posterior mean otherwise).",
+    help=_help(
+        "Per-realization point estimate: mean | median | mode (the MAP / Laplace "
+        "centre) | auto (mode for MAP campaigns, posterior mean otherwise).",
+        default="auto",
+    ),
 )
 @click.option(
     "--weights",
     default="none",
-    show_default=True,
-    help="none | inverse-variance (1/std^2: biased at low S/N, where the posterior width "
-    "correlates with the estimate).",
+    help=_help(
+        "none | inverse-variance (1/std^2: biased at low S/N, where the posterior width "
+        "correlates with the estimate).",
+        default="none",
+    ),
 )
-@click.option("--sbc/--no-sbc", default=None, help="Force SBC on/off (default: detect).")
-@click.option("--n-boot", type=int, default=1000, help="Bootstrap resamples.")
-@click.option("--plots/--no-plots", default=True, help="Write figures under plots/.")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option(
+    "--sbc/--no-sbc",
+    default=None,
+    help=_help(
+        "Force simulation-based calibration on/off.",
+        default="on when the true shears were drawn from the prior (bias-run --shear-from-prior)",
+    ),
+)
+@click.option(
+    "--n-boot",
+    type=int,
+    default=1000,
+    help=_help("Bootstrap resamples (errors of the paired estimator).", default="1000"),
+)
+@click.option(
+    "--plots/--no-plots", default=True, help=_help("Write figures under plots/.", default="on")
+)
+@click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
+@_version_option()
 def bias_stats(**kw: Any) -> int:
     """Stage 3: m and c with errors, coverage, SBC and the acceptance verdict.
 

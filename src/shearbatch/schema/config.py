@@ -227,8 +227,9 @@ class Galaxy(_Strict):
 class CampaignConfig(_Strict):
     """Campaign defaults; every field can be overridden by a CLI flag."""
 
-    shear_grid: list[float] | None = None
-    g2: float = 0.0
+    shear_grid: list[float] | None = None  # true g1 values
+    shear_grid_g2: list[float] | None = None  # true g2 values: the grid is every (g1, g2) pair
+    g2: float = 0.0  # the constant true g2 when shear_grid_g2 is not given
     n_realizations: Count = 1
     base_seed: int = 0
     batch_size: Count = 16
@@ -236,7 +237,7 @@ class CampaignConfig(_Strict):
     paired: bool = False
     shear_from_prior: bool = False  # SBC: true shears drawn from gal.shear (no grid)
 
-    @field_validator("shear_grid")
+    @field_validator("shear_grid", "shear_grid_g2")
     @classmethod
     def _grid(cls, v: list[float] | None) -> list[float] | None:
         if v is not None:
