@@ -1,31 +1,40 @@
 # Quick start: `make demo` (a small Level 0 campaign) and `make test` (the test suite).
 # Both create the virtual environment and install what they need on a fresh machine.
+# `make help` lists every target.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= results/demo
+# the tested dependency versions (`make constraints` refreshes them); `make CONSTRAINTS= demo`
+# installs the newest versions pyproject.toml allows instead
+CONSTRAINTS ?= constraints.txt
+PIN    := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 
-.PHONY: demo test test-slow lint clean
+.PHONY: help demo test test-slow lint constraints clean
+
+help:  ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(PIN) -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(VENV)/.installed-test: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet $(PIN) -e '.[test]'
 	touch $@
 
-# A small Level 0 campaign: 4 shears x 20 seeds (enough for the coverage gates), MAP + Laplace
-# in float64 (the config's precision),
-# then the summary table, then m and c with errors, coverage, plots and the verdict.
-demo: $(VENV)/.installed
-	$(BIN)/bias-run --config configs/level0.yaml --shear-grid -0.05 -0.02 0.02 0.05 \
-	    --g2-true 0.0 --n-realizations 20 --base-seed 0 --batch-size 40 \
+# A small Level 0 campaign on a two-dimensional shear grid (every (g1, g2) pair of
+# -0.05, 0.05: m1, c1, m2 and c2 are all measured), 20 seeds per point (enough for the
+# coverage gates), MAP + Laplace in float64 (the config's precision), then the summary
+# table, then m and c with errors, coverage, plots and the verdict.
+demo: $(VENV)/.installed  ## set-up + a small Level 0 campaign (run -> extract -> stats), ~40 s
+	$(BIN)/bias-run --config configs/level0.yaml --shear-grid -0.05 0.05 \
+	    --shear-grid-g2 -0.05 0.05 --n-realizations 20 --base-seed 0 --batch-size 40 \
 	    --output-dir $(OUT)/runs --preview $(OUT)/stamps.png --no-progress
 	@echo "realization directories under $(OUT)/runs:"
 	@ls $(OUT)/runs | column -c 100
@@ -33,16 +42,28 @@ demo: $(VENV)/.installed
 	$(BIN)/bias-stats --input $(OUT)/summary.csv --output-dir $(OUT)/stats --level level_0 \
 	    --posterior-dir $(OUT)/runs
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test  ## set-up + the default test tier (~4 min on 2 cores, warm cache)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15
 
 # the long statistical tier (not run by `make test` / CI)
-test-slow: $(VENV)/.installed-test
+test-slow: $(VENV)/.installed-test  ## the long statistical tier (pytest -m slow)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q -m slow --durations=15
 
-lint: $(VENV)/.installed-test
+lint: $(VENV)/.installed-test  ## ruff check + format check
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
-clean:
+# Re-resolve the newest versions pyproject.toml allows into a scratch venv and record them
+# (then run `make test` and commit constraints.txt if it passes).
+constraints:  ## refresh constraints.txt from a fresh resolve of pyproject.toml
+	rm -rf .venv-constraints
+	$(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet --upgrade pip
+	.venv-constraints/bin/python -m pip install --quiet -e '.[test]'
+	( echo "# Tested versions: pip install -c constraints.txt -e '.[test]' (what make uses)."; \
+	  echo "# Refresh: make constraints, then make test; commit if it passes."; \
+	  .venv-constraints/bin/python -m pip freeze --exclude-editable ) > constraints.txt
+	rm -rf .venv-constraints
+
+clean:  ## remove .venv and results/demo
 	rm -rf $(VENV) results/demo
