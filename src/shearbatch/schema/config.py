@@ -20,13 +20,16 @@ width). Unknown keys, wrong types and impossible values raise
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
+    BaseModel,
     ValidationError,
     field_validator,
     model_validator,
@@ -90,8 +93,11 @@ class Noise(_Strict):
     """
 
     type: Literal["Gaussian"] = "Gaussian"
+    """Independent Gaussian noise in every pixel."""
     sigma: Positive | None = None
+    """[image units per pixel] Pixel noise standard deviation (give sigma or snr). Example: 1.0e-6"""
     snr: Positive | None = None
+    """[dimensionless] Matched-filter S/N of the reference galaxy, sqrt(sum I^2) / sigma (give sigma or snr). Example: 30"""
 
     @model_validator(mode="after")
     def _one(self) -> Noise:
@@ -102,11 +108,17 @@ class Noise(_Strict):
 
 class Image(_Strict):
     pixel_scale: Positive
+    """[arcsec / pixel] Pixel size. Example: 0.263"""
     size_x: Count
+    """[pixels] Stamp width. Example: 48"""
     size_y: Count
+    """[pixels] Stamp height. Example: 48"""
     n_objects: Count = 1
+    """[count] Galaxies per stamp, each with its own latents and one shared shear."""
     fft_size: int | None = None
+    """[pixels] FFT grid of the renderer, a power of 2 >= the stamp (null: 2 x the stamp, rounded up)."""
     noise: Noise
+    """Pixel noise (section image.noise)."""
 
     @field_validator("fft_size")
     @classmethod
@@ -124,13 +136,18 @@ class Image(_Strict):
 
 class PSF(_Strict):
     type: Literal["Gaussian"] = "Gaussian"
+    """PSF profile."""
     sigma: Positive
+    """[arcsec] Gaussian PSF standard deviation (FWHM = 2.355 sigma). Example: 0.382"""
 
 
 class Ellipticity(_Strict):
     type: Literal["E1E2"] = "E1E2"
+    """Intrinsic ellipticity components (reduced-shear convention, |e| < 1)."""
     e1: ParamT = Fixed(value=0.0)
+    """[dimensionless] e1: a number or a prior. Example: {type: Normal, mean: 0.0, sigma: 0.2}"""
     e2: ParamT = Fixed(value=0.0)
+    """[dimensionless] e2: a number or a prior."""
 
     @field_validator("e1", "e2", mode="before")
     @classmethod
@@ -155,8 +172,11 @@ class Shear(_Strict):
     """
 
     type: Literal["UniformDisk", "G1G2"] = "UniformDisk"
+    """UniformDisk: flat on |g| < 1 (no parameters); G1G2: a prior per component."""
     g1: ParamT | None = None
+    """[dimensionless] Prior on g1 (type G1G2 only). Example: {type: Normal, mean: 0.0, sigma: 0.05}"""
     g2: ParamT | None = None
+    """[dimensionless] Prior on g2 (type G1G2 only)."""
 
     @field_validator("g1", "g2", mode="before")
     @classmethod
@@ -185,10 +205,15 @@ class Position(_Strict):
     corner (the stamp centre is ``size / 2``); values < 1 are fractions of the stamp."""
 
     type: Literal["Uniform"] = "Uniform"
+    """Uniform prior on the centre."""
     x_min: float
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Lower x bound."""
     x_max: float
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Upper x bound."""
     y_min: float
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Lower y bound."""
     y_max: float
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Upper y bound."""
 
     @model_validator(mode="after")
     def _order(self) -> Position:
@@ -201,11 +226,17 @@ class Position(_Strict):
 
 class Galaxy(_Strict):
     type: Literal["Exponential", "Gaussian"] = "Exponential"
+    """Galaxy light profile."""
     flux: ParamT
+    """[image units: the sum of the noiseless stamp's pixels] Total flux: a number or a prior with positive support. Example: 1.0"""
     half_light_radius: ParamT
+    """[arcsec] Half-light radius: a number or a prior with positive support. Example: 0.5"""
     ellipticity: Ellipticity | None = None
+    """Intrinsic shape (section gal.ellipticity; null: round)."""
     shear: Shear = Shear()
+    """Prior on the INFERRED shear (section gal.shear); the true shear comes from the campaign."""
     position: Position | None = None
+    """Prior on the centre (section gal.position; null: fixed at the stamp centre)."""
 
     @field_validator("flux", "half_light_radius", mode="before")
     @classmethod
@@ -227,15 +258,24 @@ class Galaxy(_Strict):
 class CampaignConfig(_Strict):
     """Campaign defaults; every field can be overridden by a CLI flag."""
 
-    shear_grid: list[float] | None = None  # true g1 values
-    shear_grid_g2: list[float] | None = None  # true g2 values: the grid is every (g1, g2) pair
-    g2: float = 0.0  # the constant true g2 when shear_grid_g2 is not given
+    shear_grid: list[float] | None = None
+    """[dimensionless] True g1 values (--shear-grid). Example: [-0.05, 0.05]"""
+    shear_grid_g2: list[float] | None = None
+    """[dimensionless] True g2 values (--shear-grid-g2): the grid is every (g1, g2) pair, so m2 is measured too. Example: [-0.05, 0.05]"""
+    g2: float = 0.0
+    """[dimensionless] The constant true g2 when shear_grid_g2 is not given (--g2-true)."""
     n_realizations: Count = 1
+    """[count] Realizations (seeds) per grid point (--n-realizations)."""
     base_seed: int = 0
+    """[seed] Seed of realization 0; realization i has seed base_seed + i at every grid point (--base-seed)."""
     batch_size: Count = 16
+    """[count] Realizations per compiled batch (--batch-size)."""
     output_dir: str = "results"
+    """[path] Campaign root, one directory per realization (--output-dir)."""
     paired: bool = False
-    shear_from_prior: bool = False  # SBC: true shears drawn from gal.shear (no grid)
+    """+g/-g twins sharing seed, galaxy and noise (--paired)."""
+    shear_from_prior: bool = False
+    """SBC: each realization's true shear drawn from gal.shear instead of a grid (--shear-from-prior)."""
 
     @field_validator("shear_grid", "shear_grid_g2")
     @classmethod
@@ -267,16 +307,24 @@ class Simulation(_Strict):
     """Generator-only overrides of ``psf`` and ``gal`` (stored raw, merged in :class:`Config`)."""
 
     psf: dict[str, Any] | None = None
+    """psf keys that differ for the generator only (misspecification). Example: {sigma: 0.382}"""
     gal: dict[str, Any] | None = None
+    """gal keys that differ for the generator only."""
 
 
 class Config(_Strict):
     image: Image
+    """Stamp geometry and pixel noise."""
     psf: PSF
+    """Point-spread function (the same for the generator and the model unless simulation.psf)."""
     gal: Galaxy
+    """Galaxy profile and the priors of its latents; a number is fixed, a mapping with type a prior."""
     inference: Inference = Inference()
+    """Inference method and its settings."""
     campaign: CampaignConfig = CampaignConfig()
+    """Shear grid, realizations, seeds, batch size, output; every key has a bias-run flag."""
     simulation: Simulation | None = None
+    """Generator-only overrides of psf / gal (the model keeps the main sections)."""
 
     def truth(self) -> Config:
         """The configuration the generator uses: ``simulation`` merged over ``psf``/``gal``."""
@@ -316,19 +364,64 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- loading
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through unions, Annotated, lists)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models_in(a)]
+
+
+def known_keys(root: type[BaseModel], loc: Sequence[Any]) -> list[str] | None:
+    """The keys the mapping at ``loc`` (a pydantic error location) accepts, if it is a model."""
+    models = [root]
+    for part in loc:
+        part = str(part)
+        tagged = [m for m in models if m.__name__ == part]
+        if tagged:  # a discriminated union's tag (LogNormal, Uniform, ...)
+            models = tagged
+            continue
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
+            return None
+        models = _models_in(fields[0].annotation)
+        if not models:
+            return None
+    return sorted({k for m in models for k in m.model_fields})
+
+
+#: the models a ValidationError can come from, by its ``title``
+_ROOTS: dict[str, type[BaseModel]] = {"Config": Config, "PSF": PSF, "Galaxy": Galaxy}
+
+
 def _format_error(err: ValidationError, prefix: str | None = None) -> str:
-    e = err.errors(include_url=False)[0]
-    loc = [str(p) for p in e["loc"] if str(p) not in (*DIST_TYPES, "Fixed")]
-    path = ".".join(([prefix] if prefix else []) + loc)
+    """One line: the first unknown key (with a did-you-mean) if any, else the first error."""
+    errors = sorted(
+        err.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden"
+    )  # stable: unknown keys first, hiding nothing behind "required key is missing"
+
+    def path_of(e: Any) -> str:
+        loc = [str(p) for p in e["loc"] if str(p) not in (*DIST_TYPES, "Fixed")]
+        return ".".join(([prefix] if prefix else []) + loc)
+
+    e = errors[0]
+    path = path_of(e)
     msg = e["msg"]
     for pre in ("Value error, ", "Assertion failed, "):
         if msg.startswith(pre):
             msg = msg[len(pre) :]
     if e["type"] == "extra_forbidden":
         msg = "unknown key"
+        root = _ROOTS.get(err.title)
+        keys = known_keys(root, e["loc"][:-1]) if root is not None else None
+        if keys:
+            close = difflib.get_close_matches(str(e["loc"][-1]), keys, n=1, cutoff=0.6)
+            msg += f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(keys)})"
     elif e["type"] == "missing":
         msg = "required key is missing"
-    extra = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    others = sorted({path_of(o) for o in errors[1:]} - {path})
+    extra = f" (+{len(errors) - 1} more: {', '.join(others[:3])})" if len(errors) > 1 else ""
+    if len(errors) > 1 and not others:
+        extra = f" (+{len(errors) - 1} more)"
     return f"{path}: {msg}{extra}" if path else f"{msg}{extra}"
 
 

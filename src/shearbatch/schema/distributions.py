@@ -30,7 +30,11 @@ __all__ = [
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # the docstring under each field is its description in docs/config.md; a leading
+    # ``[unit]`` is its unit (python -m shearbatch.schema.reference writes the file)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True
+    )
 
 
 def _positive(v: float) -> float:
@@ -56,7 +60,9 @@ class Fixed(StrictModel):
     """A fixed value (what a bare number in the YAML becomes)."""
 
     type: Literal["Fixed"] = "Fixed"
+    """A bare number in the YAML is a Fixed value."""
     value: float
+    """[the parameter's unit] The value."""
 
     @field_validator("value")
     @classmethod
@@ -68,22 +74,31 @@ class Fixed(StrictModel):
 
 class Normal(StrictModel):
     type: Literal["Normal"]
+    """Gaussian prior N(mean, sigma)."""
     mean: float = 0.0
+    """[the parameter's unit] Mean."""
     sigma: Positive
+    """[the parameter's unit] Standard deviation."""
 
 
 class LogNormal(StrictModel):
     """Log-normal with median ``mean`` and log-space width ``sigma``."""
 
     type: Literal["LogNormal"]
+    """log(x) ~ N(log(mean), sigma): positive support."""
     mean: Positive
+    """[the parameter's unit] The MEDIAN exp(mu). Example: 0.5"""
     sigma: Positive
+    """[dimensionless] Width of log(x) (0.1 = about 10% scatter)."""
 
 
 class Uniform(StrictModel):
     type: Literal["Uniform"]
+    """Flat on [min, max]."""
     min: float
+    """[the parameter's unit] Lower bound."""
     max: float
+    """[the parameter's unit] Upper bound (> min)."""
 
     @model_validator(mode="after")
     def _order(self) -> Uniform:
@@ -94,10 +109,15 @@ class Uniform(StrictModel):
 
 class TruncatedNormal(StrictModel):
     type: Literal["TruncatedNormal"]
+    """N(mean, sigma) restricted to [min, max] (the bounds are min/max, not low/high)."""
     mean: float = 0.0
+    """[the parameter's unit] Mean of the untruncated Normal."""
     sigma: float
+    """[the parameter's unit] Standard deviation of the untruncated Normal (> 0)."""
     min: float | None = None
+    """[the parameter's unit] Lower bound (null: unbounded below)."""
     max: float | None = None
+    """[the parameter's unit] Upper bound (null: unbounded above)."""
 
     @model_validator(mode="after")
     def _check(self) -> TruncatedNormal:

@@ -18,10 +18,15 @@ class MapConfig(_Strict):
     """The MAP fit: used by ``method: map``, and for the Laplace start of NUTS and VI."""
 
     optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
+    """Damped Newton with the exact Hessian (default), L-BFGS or Adam (large models)."""
     num_steps: Count = 200
-    learning_rate: Positive | None = None  # Adam only (default 0.1)
-    tol: Positive | None = None  # None: dtype-aware default (see shearbatch.core.methods.map)
-    num_samples: Count = 1000  # Laplace draws written as the posterior
+    """[iterations] Optimiser steps at most."""
+    learning_rate: Positive | None = None
+    """[step size] Adam only (null: 0.1)."""
+    tol: Positive | None = None
+    """[log-density] Convergence: half the Newton decrement below tol (null: 1e-10 float64, 1e-7 float32)."""
+    num_samples: Count = 1000
+    """[draws] Laplace draws written as the posterior (antithetic)."""
 
     @model_validator(mode="after")
     def _lr(self) -> MapConfig:
@@ -36,25 +41,36 @@ class MapInit(_Strict):
     """NUTS's start at each realization's MAP/Laplace fit (``map_config``'s optimiser)."""
 
     enabled: bool = True
+    """Start each realization's chains at its MAP and sample in Laplace-whitened coordinates."""
     num_steps: Count = 500
+    """[iterations] Optimiser steps of the MAP start."""
 
 
 class NutsConfig(_Strict):
     warmup: Count = 500
+    """[iterations] Warmup (adaptation) iterations per chain."""
     samples: Count = 1000
+    """[draws] Kept draws per chain."""
     chains: Count = 4
+    """[count] Independent chains per realization."""
     dense_mass: bool = False
+    """Dense (true) or diagonal inverse mass matrix."""
     target_accept: float = 0.8
-    max_tree_depth: Count = 10  # warmup (and sampling unless capped separately)
+    """[probability, in (0, 1)] Target acceptance of the step-size adaptation."""
+    max_tree_depth: Count = 10
+    """[doublings] Tree-depth cap of warmup (and of sampling unless max_tree_depth_sampling)."""
     # A cap on the sampling phase's tree depth. Lanes run in lockstep, so every
     # vectorised iteration costs the deepest tree of the batch; a cap never biases
     # NUTS (it stays a valid MCMC kernel), it can only lower ESS, which the
     # convergence thresholds check. See README "NUTS on large batches".
     max_tree_depth_sampling: Count | None = None
+    """[doublings] Tree-depth cap of the sampling phase (null: max_tree_depth); 3 for big batches."""
     # False: keep the initial inverse mass matrix (the Laplace covariance with
     # map_init) and adapt the step size only.
     adapt_mass_matrix: bool = True
+    """False: keep the initial (Laplace) mass matrix and adapt the step size only."""
     map_init: MapInit = MapInit()
+    """Start at the MAP (section inference.nuts_config.map_init)."""
 
     @field_validator("target_accept")
     @classmethod
@@ -66,21 +82,32 @@ class NutsConfig(_Strict):
 
 class ViConfig(_Strict):
     guide: Literal["normal", "mvn"] = "normal"
+    """Gaussian guide on the unconstrained latents: mean-field (normal) or full-rank (mvn)."""
     num_steps: Count = 5000
+    """[iterations] SVI steps."""
     learning_rate: Positive = 0.001
+    """[step size] Adam learning rate."""
     num_samples: Count = 1000
+    """[draws] Guide draws written as the posterior."""
     num_particles: Count = 1
+    """[count] ELBO particles per step."""
 
 
 class Inference(_Strict):
     method: str = DEFAULT_METHOD
+    """A registered method: map (MAP + Laplace), vi, nuts (--method)."""
     # float64 is the default: at high S/N float32 rounding is not negligible against the
     # noise (README "Precision"); --x64 / --no-x64 override it
     precision: Literal["float64", "float32"] = "float64"
+    """Generation and inference dtype (--x64 / --no-x64)."""
     map_config: MapConfig = MapConfig()
+    """MAP settings (also the start of NUTS and VI)."""
     nuts_config: NutsConfig = NutsConfig()
+    """NUTS settings."""
     vi_config: ViConfig = ViConfig()
+    """VI settings."""
     rng_seed: int = 0
+    """[seed] Seed of the inference's random keys (the data's seeds come from the campaign)."""
 
     @field_validator("method")
     @classmethod
