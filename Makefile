@@ -11,7 +11,7 @@ OUT    ?= results/demo
 CONSTRAINTS ?= constraints.txt
 PIN    := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 
-.PHONY: help demo test test-slow lint constraints clean
+.PHONY: help demo test test-slow test-slurm lint constraints clean
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,12 @@ test: $(VENV)/.installed-test  ## set-up + the default test tier (~4 min on 2 co
 # the long statistical tier (not run by `make test` / CI)
 test-slow: $(VENV)/.installed-test  ## the long statistical tier (pytest -m slow)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q -m slow --durations=15
+
+# the `slurm` tier: a campaign submitted to a running SLURM (`make test` deselects it; here
+# it is skipped, with the reason, when sbatch is absent). .ci/run starts a single-node
+# SLURM for it (ci/start_slurm.sh, root) and stops it afterwards.
+test-slurm: $(VENV)/.installed-test  ## the SLURM tier (pytest -m slurm; skipped without sbatch)
+	PATH=/usr/sbin:$$PATH $(BIN)/python -m pytest -q -m slurm -rs --durations=5
 
 lint: $(VENV)/.installed-test  ## ruff check + format check
 	$(BIN)/ruff check src tests bench

@@ -131,19 +131,18 @@ def plan_single(g1: float, g2: float, seed: int, run_id: str | None = None) -> l
     return [Realization(run_id or run_id_for(g1, g2, seed), g1, g2, seed)]
 
 
-def array_task_from_env() -> tuple[int, int]:
-    """``(task_id, task_count)`` from SLURM's environment, ``(0, 1)`` outside an array."""
-    tid = os.environ.get("SLURM_ARRAY_TASK_ID")
-    if tid is None:
-        return 0, 1
-    count = os.environ.get("SLURM_ARRAY_TASK_COUNT")
-    if count is None:
-        # sbatch --array=0-K-1 sets MIN/MAX; COUNT exists on recent SLURM.
-        lo = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
-        hi = int(os.environ.get("SLURM_ARRAY_TASK_MAX", tid))
-        return int(tid) - lo, hi - lo + 1
-    lo = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
-    return int(tid) - lo, int(count)
+def array_task_from_env(indices: Sequence[int] | None = None) -> tuple[int, int]:
+    """``(position, count)`` of this SLURM array task, ``(0, 1)`` outside an array.
+
+    Offset and stepped ranges (``--array=10-13``, ``--array=0-4:2``) map onto
+    positions ``0..count-1`` from ``SLURM_ARRAY_TASK_MIN/MAX/STEP/COUNT``; any other
+    index set (``--array=1,3,5``) needs ``indices`` (see :mod:`shearbatch.slurm`).
+    Raises :class:`shearbatch.slurm.ArrayError` naming the variables.
+    """
+    from .slurm import array_position
+
+    pos = array_position(os.environ, indices)
+    return (0, 1) if pos is None else pos
 
 
 def array_slice(plan: Sequence[Realization], task_id: int, task_count: int) -> list[Realization]:

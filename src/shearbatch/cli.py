@@ -11,6 +11,7 @@ console and ``bias_results.json`` give the realizations a decision needs).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -165,7 +166,8 @@ _X64_HELP = (
 )
 _CACHE_HELP = (
     "Directory of JAX's persistent compilation cache, so later runs and SLURM array tasks "
-    "skip compilation; 'off' disables it."
+    "skip compilation (array tasks that start together take turns to compile: one compiles, "
+    "the others read); 'off' disables it."
 )
 
 
@@ -321,8 +323,9 @@ class _RunCommand(_Command):
     type=int,
     default=None,
     help=_help(
-        "This task's index in a SLURM array (with --array-task-count).",
-        default="$SLURM_ARRAY_TASK_ID, else 0",
+        "This task's slice of the plan, 0-based (with --array-task-count).",
+        default="the task's place in its SLURM array (from SLURM_ARRAY_TASK_ID, _MIN, _STEP: "
+        "--array=10-13 and --array=0-4:2 work), else 0",
     ),
 )
 @click.option(
@@ -330,8 +333,20 @@ class _RunCommand(_Command):
     type=int,
     default=None,
     help=_help(
-        "Tasks in the array; each runs a contiguous slice of the plan.",
+        "Tasks in the array; each runs a contiguous slice of the plan, in batches of the "
+        "campaign's lane count (never its slice size: one compiled program for all tasks).",
         default="$SLURM_ARRAY_TASK_COUNT, else 1",
+    ),
+)
+@click.option(
+    "--array-indices",
+    default=None,
+    metavar="LIST",
+    help=_help(
+        "The SLURM array's index set when it is not a range (--array=1,3,5: SLURM's variables "
+        "cannot tell a task its place): the task with SLURM_ARRAY_TASK_ID i takes the slice "
+        "at i's place in LIST. Scripts from --emit-sbatch pass it when needed.",
+        default="none: ranges need nothing",
     ),
 )
 @click.option(
@@ -369,7 +384,97 @@ class _RunCommand(_Command):
 @click.option(
     "--cache-dir",
     default=None,
-    help=_help(_CACHE_HELP, default="$SHEARBATCH_CACHE_DIR, else ~/.cache/shearbatch/jax"),
+    help=_help(_CACHE_HELP, default="$SHEARBATCH_CACHE_DIR, else <output-dir>/.jax-cache"),
+)
+@click.option(
+    "--emit-sbatch",
+    default=None,
+    metavar="FILE",
+    help=_help(
+        "Write a SLURM array script running this campaign (this same command, without "
+        "--emit-sbatch) and FILE's -stats twin (bias-extract + bias-stats, to submit with "
+        "--dependency=afterany on the array), then exit: nothing runs. Resources: the "
+        "--sbatch-* options over the config's campaign.sbatch section.",
+        default="none: run the campaign here",
+    ),
+)
+@click.option(
+    "--sbatch-tasks",
+    type=int,
+    default=None,
+    help=_help("Array tasks.", config="campaign.sbatch.tasks").replace(
+        "unset)]", "unset: one per batch of the plan, at most 1000)]"
+    ),
+)
+@click.option(
+    "--sbatch-array",
+    default=None,
+    metavar="INDICES",
+    help=_help(
+        "Array index set instead of 0-(tasks-1), e.g. 10-13 or 1,3,5.",
+        config="campaign.sbatch.array",
+    ),
+)
+@click.option(
+    "--sbatch-throttle",
+    type=int,
+    default=None,
+    help=_help(
+        "At most this many tasks at once (the %T of --array).", config="campaign.sbatch.throttle"
+    ),
+)
+@click.option(
+    "--sbatch-time",
+    default=None,
+    help=_help("Time limit per task, e.g. 01:00:00.", config="campaign.sbatch.time"),
+)
+@click.option(
+    "--sbatch-mem",
+    default=None,
+    help=_help("Memory per task, e.g. 8G.", config="campaign.sbatch.mem"),
+)
+@click.option(
+    "--sbatch-cpus",
+    type=int,
+    default=None,
+    help=_help("CPUs per task (--cpus-per-task).", config="campaign.sbatch.cpus"),
+)
+@click.option(
+    "--sbatch-gpus",
+    type=int,
+    default=None,
+    help=_help(
+        "GPUs per task (--gres=gpu:N); one per task is the usual choice.",
+        config="campaign.sbatch.gpus",
+    ),
+)
+@click.option(
+    "--sbatch-line",
+    multiple=True,
+    help=_help(
+        "Extra #SBATCH option, repeatable, e.g. --sbatch-line=--partition=gpu.",
+        config="campaign.sbatch.line",
+    ),
+)
+@click.option(
+    "--sbatch-setup",
+    multiple=True,
+    help=_help(
+        "Shell line run before bias-run, repeatable (module load, venv activation).",
+        default="campaign.sbatch.setup, else activate the virtual environment bias-run runs in",
+    ),
+)
+@click.option(
+    "--sbatch-stats/--no-sbatch-stats",
+    default=None,
+    help=_help(
+        "Also write the dependent bias-extract + bias-stats job.", config="campaign.sbatch.stats"
+    ),
+)
+@click.option(
+    "--sbatch-level",
+    default=None,
+    help=_help("bias-stats --level of the dependent job.", config="campaign.sbatch.level"),
 )
 @click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
 @_version_option()
@@ -379,6 +484,17 @@ def bias_run(**kw: Any) -> int:
     Writes <output-dir>/<run id>/{posterior.nc, truth.json, convergence.json};
     complete realizations are skipped on a re-run. Exit status: 0 success, 1 some
     realizations failed (the others are written), 2 bad input.
+
+    \b
+    On a SLURM cluster (every array task takes its own slice of the same plan; all
+    tasks share one compiled program through the cache under the output root):
+      bias-run --config configs/level0.yaml --shear-grid -0.02 0.02 \\
+          --n-realizations 500 --batch-size 64 --output-dir /scratch/$USER/camp \\
+          --emit-sbatch camp.sbatch --sbatch-tasks 16 --sbatch-throttle 4 \\
+          --sbatch-time 01:00:00 --sbatch-mem 8G
+      jid=$(sbatch --parsable camp.sbatch)
+      sbatch --dependency=afterany:$jid camp-stats.sbatch
+    Re-submitting camp.sbatch re-runs only what is missing.
     """
     from .schema import ConfigError
 
@@ -389,19 +505,25 @@ def bias_run(**kw: Any) -> int:
         raise _fail("Missing option '--config' / '--shine-config'.")
     try:
         job = _plan_run(kw)
+        if kw["emit_sbatch"]:
+            return _emit_sbatch(job, kw)
     except ConfigError as err:
         raise _fail(str(err)) from None
     _print_plan(job, kw)
     if kw["dry_run"] and not kw["preview"]:
         return 0
+    cache_dir = kw["cache_dir"] or runtime.default_cache_dir(job["output_dir"])
     with runtime.scoped():
-        runtime.configure(job["spec"].precision == "float64", kw["cache_dir"])
+        cache = runtime.configure(job["spec"].precision == "float64", cache_dir)
         runtime.reset_cache_events()
         if kw["preview"]:
             _preview(job, Path(kw["preview"]))
         if kw["dry_run"]:
             return 0
         from .engine import run_campaign
+
+        if job["task"][1] > 1 and job["todo"]:
+            _compile_first(job, cache)
 
         progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
         report = run_campaign(
@@ -437,6 +559,147 @@ def _show_config(kw: dict[str, Any]) -> int:
     click.echo(f"# {path}: resolved (defaults filled in, flags applied); config hash "
                f"{config_hash(cfg)}; every key: docs/config.md")  # fmt: skip
     click.echo(text, nl=False)
+    return 0
+
+
+def _compile_first(job: dict[str, Any], cache: str) -> None:
+    """Compile (or load) this campaign's generator and inference program while holding the
+    cache's lock, so that array tasks starting together compile once between them: the
+    first one compiles and writes the cache, the others wait and only read it."""
+    import jax
+
+    from .core.batching import pad_to, realization_keys
+    from .engine import generate, inference_program
+
+    spec, lanes = job["spec"], job["batch_size"]
+    with runtime.compile_lock(cache) as waited:
+        before = dict(runtime.CACHE_EVENTS)
+        padded = pad_to(job["todo"][:lanes], lanes)
+        sim = generate(spec, padded)
+        keys = realization_keys([r.seed for r in padded], spec.rng_seed)
+        _, program = inference_program(spec)
+        jax.block_until_ready(sim.images)
+        program.lower(keys, sim.images).compile()
+        ev = runtime.CACHE_EVENTS
+        logger.info("compile lock (waited %.1f s): %d cache hit(s), %d miss(es) for the "
+                    "campaign's %d-lane programs", waited, ev["hits"] - before["hits"],
+                    ev["misses"] - before["misses"], lanes)  # fmt: skip
+
+
+#: bias-run options that never go into the script's bias-run line
+_NOT_IN_SCRIPT = {"emit_sbatch", "array_task_id", "array_task_count", "array_indices",
+                  "dry_run", "preview", "progress", "output_dir", "config_path",
+                  "show_config"}  # fmt: skip
+
+
+def _run_args(kw: dict[str, Any], output_dir: Path) -> list[str]:
+    """This bias-run command line as given, with absolute paths, without --emit-sbatch,
+    --sbatch-*, the array-task flags, --dry-run and --preview."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    args = ["--config", str(Path(kw["config_path"]).resolve()),
+            "--output-dir", str(output_dir.resolve()), "--no-progress"]  # fmt: skip
+    for p in ctx.command.params:
+        name = p.name or ""
+        if name in _NOT_IN_SCRIPT or name.startswith("sbatch_") or name not in kw:
+            continue
+        if ctx.get_parameter_source(name) not in (
+            ParameterSource.COMMANDLINE,
+            ParameterSource.ENVIRONMENT,
+        ):
+            continue
+        val, opt = kw[name], p.opts[0]
+        if isinstance(p, click.Option) and p.is_flag:
+            if val:
+                args.append(opt)
+            elif p.secondary_opts:
+                args.append(p.secondary_opts[0])
+        elif isinstance(p, click.Option) and p.multiple:
+            args += [opt, *map(str, val)] if val else []
+        elif val is not None:
+            args += [opt, str(Path(val).resolve()) if name == "cache_dir" and val != "off"
+                     else str(val)]  # fmt: skip
+    return args
+
+
+def _emit_sbatch(job: dict[str, Any], kw: dict[str, Any]) -> int:
+    """Write the array script (and the dependent extract + stats job) for the campaign on
+    the command line; nothing runs. Options: ``--sbatch-*`` over ``campaign.sbatch``."""
+    import math
+
+    from .analysis.acceptance import LEVELS
+    from .slurm import ArrayError, SbatchOptions, parse_indices, sbatch_script, stats_script
+
+    if kw["dry_run"] or kw["preview"]:
+        raise _fail("--emit-sbatch: does not combine with --dry-run or --preview")
+    if kw["array_task_id"] is not None or kw["array_indices"] is not None:
+        raise _fail("--emit-sbatch: the script's tasks find their slices; drop --array-task-*")
+    conf = job["cfg"].campaign.sbatch
+    opt = {k: kw[f"sbatch_{k}"] if kw.get(f"sbatch_{k}") not in (None, ()) else getattr(conf, k)
+           for k in ("tasks", "array", "throttle", "time", "mem", "cpus", "gpus", "line",
+                     "setup", "stats", "level")}  # fmt: skip
+    for k in ("tasks", "throttle", "cpus", "gpus"):
+        if opt[k] is not None and opt[k] < 1:
+            raise _fail(f"--sbatch-{k}: must be >= 1, got {opt[k]}")
+    if opt["level"] not in LEVELS:
+        raise _fail(f"--sbatch-level: unknown level {opt['level']!r}; use one of "
+                    f"{', '.join(LEVELS)}")  # fmt: skip
+    n, lanes = len(job["plan"]), job["batch_size"]
+    indices = None
+    if opt["array"] is not None:
+        try:
+            indices = tuple(parse_indices(opt["array"]))
+        except ArrayError as err:
+            raise _fail(f"--sbatch-array: {err}") from None
+        if "%" in opt["array"]:
+            raise _fail("--sbatch-array: give the throttle with --sbatch-throttle, not %T")
+        if opt["tasks"] is not None and opt["tasks"] != len(indices):
+            raise _fail(f"--sbatch-tasks: {opt['tasks']} but --sbatch-array has "
+                        f"{len(indices)} indices")  # fmt: skip
+    tasks = len(indices) if indices else opt["tasks"] or min(math.ceil(n / lanes), 1000)
+    if tasks > n:
+        raise _fail(f"--sbatch-tasks: {tasks} tasks for {n} realizations (at most {n})")
+    out = job["output_dir"].resolve()
+    setup = tuple(opt["setup"])
+    if not setup and sys.prefix != sys.base_prefix:
+        setup = (f"source {Path(sys.prefix) / 'bin' / 'activate'}",)
+    log_dir = Path(conf.log_dir).resolve() if conf.log_dir else out / "logs"
+    sb = SbatchOptions(
+        tasks=tasks, throttle=opt["throttle"], indices=indices,
+        job_name=conf.job_name or "shearbatch", time=opt["time"], mem=opt["mem"],
+        cpus=opt["cpus"], gpus=opt["gpus"], log_dir=str(log_dir), extra=tuple(opt["line"]),
+        setup=setup,
+    )  # fmt: skip
+    sizes = [(i + 1) * n // tasks - i * n // tasks for i in range(tasks)]
+    cache = kw["cache_dir"] or f"{out}/.jax-cache\n(or $SHEARBATCH_CACHE_DIR)"
+    each = f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
+    note = (
+        f"{n} realizations over {tasks} task(s), {each} each. Every task runs {lanes}-lane\n"
+        f"batches (the campaign's lane count): one compiled program, shared through the\n"
+        f"compilation cache {cache}. "
+        f"Re-submitting this script re-runs only what is missing."
+    )
+    script = Path(kw["emit_sbatch"])
+    files = {script: sbatch_script(sb, _run_args(kw, job["output_dir"]), comment=note)}
+    if opt["stats"]:
+        stats_path = script.with_name(f"{script.stem}-stats{script.suffix}")
+        files[stats_path] = stats_script(sb, str(out), level=opt["level"])
+    for path in files:
+        if path.is_dir():
+            raise _fail(f"--emit-sbatch: {path} is a directory")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    click.echo(f"wrote {script}: {tasks} array task(s) over {n} realizations, "
+               f"{lanes}-lane batches; logs in {log_dir}")  # fmt: skip
+    if opt["stats"]:
+        click.echo(f"wrote {stats_path}: bias-extract + bias-stats once the array has finished")
+        click.echo(f"submit: jid=$(sbatch --parsable {script}) && "
+                   f"sbatch --dependency=afterany:$jid {stats_path}")  # fmt: skip
+    else:
+        click.echo(f"submit: sbatch {script}")
     return 0
 
 
@@ -525,11 +788,23 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     task_id, task_count = kw["array_task_id"], kw["array_task_count"]
     if (task_id is None) != (task_count is None):
         raise _fail("--array-task-id and --array-task-count go together")
+    from .slurm import ArrayError, parse_indices
+
+    indices = None
+    if kw["array_indices"] is not None:
+        if task_id is not None:
+            raise _fail("--array-indices and --array-task-id are exclusive")
+        try:
+            indices = parse_indices(kw["array_indices"])
+        except ArrayError as err:
+            raise _fail(f"--array-indices: {err}") from None
+        if "SLURM_ARRAY_TASK_ID" not in os.environ:
+            raise _fail("--array-indices: SLURM_ARRAY_TASK_ID is not set (not an array task)")
     if task_id is None:
         try:
-            task_id, task_count = cp.array_task_from_env()
-        except ValueError:
-            raise _fail("SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT: not integers") from None
+            task_id, task_count = cp.array_task_from_env(indices)
+        except ArrayError as err:
+            raise _fail(str(err)) from None
     if task_count < 1:
         raise _fail(f"--array-task-count: must be >= 1, got {task_count}")
     if not 0 <= task_id < task_count:
@@ -582,9 +857,10 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
             logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
                         "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
     mine = cp.array_slice(plan, task_id, task_count)
-    # lanes of the compiled program: never more than this task's share of the plan, and
-    # fixed by the plan (not by what is left to do), so a resumed run reuses the program
-    batch_size = max(1, min(camp.batch_size, len(mine)))
+    # lanes of the compiled program: the campaign's, never this task's share or what is
+    # left to do, so every array task (whatever its slice size), a resumed run and a
+    # single-process run share one compiled program and give bit-identical results
+    batch_size = max(1, min(camp.batch_size, len(plan)))
     status = {r.run_id: realization_status(output_dir, r.run_id) for r in mine}
     todo = [r for r in mine if kw["overwrite"] or status[r.run_id] != "done"]
     return {

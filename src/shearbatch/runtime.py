@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CACHE_EVENTS", "configure", "default_cache_dir", "reset_cache_events", "scoped"]
+__all__ = [
+    "CACHE_EVENTS",
+    "CACHE_SUBDIR",
+    "compile_lock",
+    "configure",
+    "default_cache_dir",
+    "reset_cache_events",
+    "scoped",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -26,11 +34,56 @@ CACHE_EVENTS = {"hits": 0, "misses": 0}
 _LISTENER: list[Any] = []
 
 
-def default_cache_dir() -> str:
-    """``$SHEARBATCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/shearbatch/jax`` (~/.cache)."""
-    return os.environ.get("SHEARBATCH_CACHE_DIR") or str(
+#: the compilation cache's directory name under a campaign's output root (hidden, so
+#: ``bias-extract`` never takes it for a realization directory)
+CACHE_SUBDIR = ".jax-cache"
+
+
+def default_cache_dir(output_root: str | Path | None = None) -> str:
+    """``$SHEARBATCH_CACHE_DIR``, else ``<output_root>/.jax-cache`` (every array task of a
+    campaign shares it, on whatever filesystem the outputs live), else
+    ``$XDG_CACHE_HOME/shearbatch/jax`` (~/.cache) when no output root is given."""
+    if env := os.environ.get("SHEARBATCH_CACHE_DIR"):
+        return env
+    if output_root is not None:
+        return str(Path(output_root) / CACHE_SUBDIR)
+    return str(
         Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
     )
+
+
+@contextlib.contextmanager
+def compile_lock(cache_dir: str) -> Iterator[float]:
+    """Hold an exclusive lock on ``<cache_dir>/.compile.lock`` (``fcntl.flock``; yields the
+    seconds spent waiting for it).
+
+    Array tasks that start together take turns to compile: the first compiles and
+    writes the cache, the others wait and then only read it, so a campaign compiles
+    once and no task reads an entry another is still writing (JAX writes entries in
+    place, not atomically). The kernel drops the lock when its holder dies. A no-op
+    when the cache is off or on a filesystem without ``flock``.
+    """
+    import time
+
+    if cache_dir == "off":
+        yield 0.0
+        return
+    import fcntl
+
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(Path(cache_dir) / ".compile.lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError as err:  # e.g. a filesystem that does not support locks
+            logger.warning("compilation cache lock unavailable (%s): tasks may compile "
+                           "concurrently", err)  # fmt: skip
+            yield 0.0
+            return
+        try:
+            yield time.perf_counter() - t0
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _listener(event: str, **_: Any) -> None:

@@ -64,6 +64,7 @@ __all__ = [
     "MapInit",
     "Normal",
     "NutsConfig",
+    "SbatchConfig",
     "TruncatedNormal",
     "Uniform",
     "ViConfig",
@@ -255,6 +256,38 @@ class Galaxy(_Strict):
         return v
 
 
+class SbatchConfig(_Strict):
+    """``campaign.sbatch``: what ``bias-run --emit-sbatch`` asks SLURM for; each key is
+    overridden by the ``--sbatch-<key>`` flag of the same name."""
+
+    tasks: Count | None = None
+    """[count] Array tasks (--sbatch-tasks; null: one per batch of the plan, at most 1000). Example: 16"""
+    array: str | None = None
+    """Array index set instead of 0-(tasks-1) (--sbatch-array; a list that is not a range is passed on as --array-indices). Example: 10-13"""
+    throttle: Count | None = None
+    """[count] At most this many tasks at once, the %T of --array (--sbatch-throttle). Example: 4"""
+    time: str | None = None
+    """[HH:MM:SS] Time limit per task (--sbatch-time). Example: 01:00:00"""
+    mem: str | None = None
+    """[SLURM size] Memory per task (--sbatch-mem). Example: 8G"""
+    cpus: Count | None = None
+    """[count] CPUs per task, --cpus-per-task (--sbatch-cpus). Example: 4"""
+    gpus: Count | None = None
+    """[count] GPUs per task, --gres=gpu:N (--sbatch-gpus); one per task is the usual choice. Example: 1"""
+    job_name: str | None = None
+    """SLURM job name (null: shearbatch; the stats job adds -stats). Example: level0"""
+    log_dir: str | None = None
+    """[path] Where the tasks' %x_%A_%a.out logs go (null: <output_dir>/logs)."""
+    line: tuple[str, ...] = ()
+    """Extra #SBATCH options (--sbatch-line). Example: ["--partition=gpu"]"""
+    setup: tuple[str, ...] = ()
+    """Shell lines run before bias-run (--sbatch-setup; empty: activate the virtual environment bias-run ran in). Example: ["module load cuda/12"]"""
+    stats: bool = True
+    """Also write the dependent bias-extract + bias-stats job (--sbatch-stats/--no-sbatch-stats)."""
+    level: str = "level_0"
+    """Acceptance level of the dependent bias-stats (--sbatch-level). Example: level_0"""
+
+
 class CampaignConfig(_Strict):
     """Campaign defaults; every field can be overridden by a CLI flag."""
 
@@ -276,6 +309,8 @@ class CampaignConfig(_Strict):
     """+g/-g twins sharing seed, galaxy and noise (--paired)."""
     shear_from_prior: bool = False
     """SBC: each realization's true shear drawn from gal.shear instead of a grid (--shear-from-prior)."""
+    sbatch: SbatchConfig = SbatchConfig()
+    """What bias-run --emit-sbatch asks SLURM for (section campaign.sbatch; each key overridden by its --sbatch-<key> flag)."""
 
     @field_validator("shear_grid", "shear_grid_g2")
     @classmethod
