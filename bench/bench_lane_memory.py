@@ -10,7 +10,7 @@ estimate of a GPU's needs, not a measurement on one.
 
 Prints the figures and writes ``results/benchmarks/lane_memory.json``::
 
-    .venv/bin/python bench/bench_lane_memory.py [--batches 16 256] [--dtypes float64 float32]
+    .venv/bin/python bench/bench_lane_memory.py [--batches 16 128] [--dtypes float64 float32]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def program_memory(lanes: int, dtype: str, stamp: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = h.parser(__doc__, "lane_memory", repeats=1)
-    ap.add_argument("--batches", type=int, nargs="+", default=[16, 256])
+    ap.add_argument("--batches", type=int, nargs="+", default=[16, 128])
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     ap.add_argument("--stamp", type=int, default=48)
     args = ap.parse_args(argv)

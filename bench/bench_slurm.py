@@ -143,7 +143,10 @@ def run(work: Path, *, tasks: int = 4, throttle: int = 2, stamp: int = 16,
         "stats_script": stats_script.read_text(),
     }  # fmt: skip
     summary = camp / "summary.csv"
-    rows = list(csv.DictReader(summary.open())) if summary.is_file() else []
+    rows = []
+    if summary.is_file():
+        with summary.open() as fh:
+            rows = list(csv.DictReader(fh))
     rec["summary_rows"], rec["summary_ok"] = len(rows), sum(r["status"] == "ok" for r in rows)
     res_path = camp / "stats" / "bias_results.json"
     array_res = json.loads(res_path.read_text()) if res_path.is_file() else None
