@@ -31,7 +31,8 @@ $(VENV)/.installed-test: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
 # A small Level 0 campaign on a two-dimensional shear grid (every (g1, g2) pair of
 # -0.05, 0.05: m1, c1, m2 and c2 are all measured), 20 seeds per point (enough for the
 # coverage gates), MAP + Laplace in float64 (the config's precision), then the summary
-# table, then m and c with errors, coverage, plots and the verdict.
+# table, then m and c with errors, coverage, plots, the verdict and report.html (one file to
+# send to a colleague).
 demo: $(VENV)/.installed  ## set-up + a small Level 0 campaign (run -> extract -> stats), ~40 s
 	$(BIN)/bias-run --config configs/level0.yaml --shear-grid -0.05 0.05 \
 	    --shear-grid-g2 -0.05 0.05 --n-realizations 20 --base-seed 0 --batch-size 40 \
@@ -40,7 +41,7 @@ demo: $(VENV)/.installed  ## set-up + a small Level 0 campaign (run -> extract -
 	@ls $(OUT)/runs | column -c 100
 	$(BIN)/bias-extract --input-dir $(OUT)/runs --output $(OUT)/summary.csv --no-progress
 	$(BIN)/bias-stats --input $(OUT)/summary.csv --output-dir $(OUT)/stats --level level_0 \
-	    --posterior-dir $(OUT)/runs
+	    --posterior-dir $(OUT)/runs --report $(OUT)/report.html
 
 test: $(VENV)/.installed-test  ## set-up + the default test tier (~4 min on 2 cores, warm cache)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15

@@ -14,7 +14,12 @@ Every ``bench/bench_*.py`` script uses it:
   ``block_until_ready``; figures are medians because the machine is shared.
 - :func:`write_json`: adds the end load average and total runtime, refuses any
   absolute path in the record (paths are written relative to the repository root),
-  writes the JSON; :class:`Table` prints rows as they come.
+  writes the JSON and, given the script's ``draw(fig, res)``, the PNG beside it
+  (:func:`write_png`, provenance in its footer); :class:`Table` prints rows as they come.
+
+Redraw a committed record's figure without re-running it::
+
+    python bench/_harness.py replot results/benchmarks/map.json
 """
 
 from __future__ import annotations
@@ -175,8 +180,11 @@ def _check_paths(obj: Any, where: str = "") -> None:
         raise ValueError(f"absolute path in the benchmark record at {where or '.'}: {obj}")
 
 
-def write_json(res: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Add the end load average and total runtime, check for paths, write ``out``."""
+def write_json(
+    res: dict[str, Any], out: Path, draw: Callable[[Any, dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Add the end load average and total runtime, check for paths, write ``out``; with
+    ``draw``, also the figure beside it (:func:`write_png`)."""
     res["load_average_end"] = list(os.getloadavg())
     res.setdefault("total_runtime_s", time.perf_counter() - _T0)
     _check_paths(res)
@@ -184,7 +192,53 @@ def write_json(res: dict[str, Any], out: Path) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {rel(out)} (load average end {res['load_average_end'][0]:.2f})")
+    if draw is not None:
+        write_png(res, out, draw)
     return res
+
+
+def footer(res: dict[str, Any]) -> str:
+    """One line of provenance for a figure: commit, machine, versions, load."""
+    git = res.get("git") or {}
+    commit = (git.get("commit") or "unknown")[:10]
+    dirty = f" + {len(git['modified'])} modified file(s)" if git.get("modified") else ""
+    load = res.get("load_average_start") or [float("nan")]
+    return (f"commit {commit}{dirty}; {res.get('machine', '?')} {res.get('platform', '?')} "
+            f"({res.get('device', '?')}), {res.get('cpu_count', '?')} CPUs; jax "
+            f"{res.get('jax', '?')}; load average at start {load[0]:.1f} (shared machine: "
+            f"medians)")  # fmt: skip
+
+
+def write_png(res: dict[str, Any], out: Path, draw: Callable[[Any, dict[str, Any]], None]) -> Path:
+    """The figure of a benchmark record beside its JSON (``<name>.png``).
+
+    ``draw(fig, res)`` makes the panels from the record alone (so ``python
+    bench/_harness.py replot results/benchmarks/<name>.json`` can redraw a committed
+    record without re-running it); the footer records commit, machine and load.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    draw(fig, res)
+    fig.text(0.01, 0.002, footer(res), fontsize=7, color="0.35", ha="left", va="bottom")
+    fig.get_layout_engine().set(h_pad=0.25)
+    png = Path(out).with_suffix(".png")
+    fig.savefig(png, dpi=100)
+    print(f"wrote {rel(png)}")
+    return png
+
+
+def replot(json_path: str | Path) -> Path:
+    """Redraw ``results/benchmarks/<name>.png`` from its JSON with ``bench_<name>.draw``."""
+    import importlib
+    import sys
+
+    path = Path(json_path)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    module = importlib.import_module(f"bench_{path.stem}")
+    return write_png(json.loads(path.read_text()), path, module.draw)
 
 
 class Table:
@@ -207,3 +261,12 @@ class Table:
     def row(self, *values: Any) -> None:
         cols = zip(self.columns, values, strict=True)
         print(" ".join(self._cell(v, f) for (_, f), v in cols), flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) < 3 or sys.argv[1] != "replot":
+        sys.exit("usage: python bench/_harness.py replot results/benchmarks/<name>.json ...")
+    for arg in sys.argv[2:]:
+        replot(arg)

@@ -95,6 +95,33 @@ def inference_only(args) -> dict[str, Any]:
     return out
 
 
+def draw(fig, rec: dict) -> None:
+    """Throughput vs batch size and the end-to-end times against their targets."""
+    ax, bx = fig.subplots(1, 2)
+    inf = rec["inference_only"]
+    sizes = sorted(inf, key=int)
+    ax.plot([int(b) for b in sizes], [inf[b]["realizations_per_s"] for b in sizes], "o-")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (realizations per compiled program)")
+    ax.set_ylabel("realizations / s (median, compiled)")
+    ax.set_title(f"MAP inference step, stamp {rec['settings']['stamp']}, {rec['dtype']}",
+                 fontsize=10)  # fmt: skip
+    e2e = rec.get("end_to_end")
+    if e2e:
+        names = ["cold", "warm"]
+        bx.bar([0, 1], [e2e[f"{n}_s"]["median"] for n in names], color=["C1", "C0"],
+               label="bias-run wall (median)")  # fmt: skip
+        bx.scatter([0, 1], [e2e["targets_s"][n] for n in names], color="k", marker="_", s=600,
+                   zorder=3, label="target")  # fmt: skip
+        bx.set_xticks([0, 1], ["cold cache", "warm cache"])
+        bx.set_ylabel("seconds")
+        bx.set_title(f"bias-run end to end: {e2e['realizations']} realizations, batch "
+                     f"{e2e['batch_size']}", fontsize=10)  # fmt: skip
+        bx.legend(fontsize=8)
+    else:
+        bx.set_axis_off()
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = h.parser(__doc__, "map", repeats=3)
     h.add_x64(ap)
@@ -117,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"warm {e['warm_s']['median']:.1f} s (target 8)")  # fmt: skip
     print("inference step alone:")
     res["inference_only"] = inference_only(args)
-    return h.write_json(res, args.out)
+    return h.write_json(res, args.out, draw=draw)
 
 
 if __name__ == "__main__":

@@ -203,6 +203,34 @@ COLUMNS = [("case", "11s"), ("B", "5d"), ("samp", "6s"), ("comp_s", "7.1f"), ("w
 NOTE = "(ESS of g1 per realization, *: of the hard lane's companions; lf: leapfrog steps)"
 
 
+def draw(fig, rec: dict) -> None:
+    """Min ESS/s per realization and lockstep efficiency vs batch size, per case and sampler."""
+    ax, bx = fig.subplots(1, 2)
+    styles = {"ours": "o-", "capped": "s-", "joint": "^--"}
+    for case, color in (("homogeneous", "C0"), ("hard", "C3")):
+        runs = [r for r in rec["runs"] if r["case"] == case]
+        for sampler, style in styles.items():
+            pts = [(r["batch_size"], r[sampler]) for r in runs if sampler in r]
+            if not pts:
+                continue
+            b = [p[0] for p in pts]
+            ax.plot(b, [p[1]["ess_per_s_per_realization"]["min"] for p in pts], style,
+                    color=color, label=f"{case}, {sampler}")  # fmt: skip
+            if sampler != "joint":
+                bx.plot(b, [p[1]["lockstep_efficiency"]["sampling"] for p in pts], style,
+                        color=color, label=f"{case}, {sampler}")  # fmt: skip
+    for a in (ax, bx):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("batch size (realizations)")
+        a.legend(fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("min bulk ESS(g1) / s per realization")
+    ax.set_title("NUTS: independent per-realization samplers vs one joint chain", fontsize=10)
+    bx.set_ylabel("useful fraction of leapfrog work (sampling)")
+    bx.set_ylim(0, 1.05)
+    bx.set_title("lockstep efficiency of the batched samplers", fontsize=10)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = h.parser(__doc__, "nuts", repeats=1)
     add = ap.add_argument
@@ -257,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
                 rounded = (v if v is None else round(v, 2) for v in rat.values())
                 print(f"{'':18s}{name} / joint, ESS/s per realization (min, median):", *rounded)
             res["runs"].append(row)
-    return h.write_json(res, args.out)
+    return h.write_json(res, args.out, draw=draw)
 
 
 if __name__ == "__main__":

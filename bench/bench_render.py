@@ -75,6 +75,22 @@ def build(mode: str, chunk: int | None, stamp: int):
     return jax.jit(chunked)
 
 
+def draw(fig, rec: dict) -> None:
+    """Stamps per second of each (dtype, mode, batching) row (the PNG beside the JSON)."""
+    ax = fig.subplots()
+    rows = rec["results"]
+    labels = [f"{r['dtype']}\n{r['mode']}\n{r['batching'].replace(', batch_size', ',')}"
+              for r in rows]  # fmt: skip
+    colors = ["C0" if r["batching"] == "vmap" else "C1" for r in rows]
+    ax.bar(range(len(rows)), [r["stamps_per_s"] for r in rows], color=colors)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("stamps / s (median)")
+    ax.set_yscale("log")
+    ax.set_title(f"render.draw_galaxy: batch {rec['batch']}, stamp {rec['stamp'][0]}x"
+                 f"{rec['stamp'][1]}, FFT {rec['fft_size']} (blue: vmap, orange: lax.map)",
+                 fontsize=10)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = h.parser(__doc__, "render", repeats=7)
     ap.add_argument("--batch", type=int, default=1024)
@@ -124,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
         "settings": h.settings(args),
         "results": results,
     }
-    return h.write_json(report, args.out)
+    return h.write_json(report, args.out, draw=draw)
 
 
 if __name__ == "__main__":

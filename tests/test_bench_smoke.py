@@ -74,6 +74,8 @@ def run_bench(name, tmp_path, *args, alias=None, skip=None):
         assert not os.path.isabs(s), s
     for p in (tmp_path, ROOT, Path.home()):
         assert str(p) not in text
+    png = out.with_suffix(".png")  # every benchmark draws its figure beside its JSON
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return rec
 
 

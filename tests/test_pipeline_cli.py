@@ -75,7 +75,7 @@ def test_level0_campaign_passes_acceptance(good, tmp_path):
         assert f"  {line} " in res.output
     assert "(jackknife over 3 seeds)" in res.output
     plots = {p.name for p in (tmp / "stats" / "plots").iterdir()}
-    assert plots == {"residuals.png", "coverage.png", "ranks.png", "worst_traces.png"}
+    assert plots == {"residuals.png", "coverage.png", "ranks.png", "worst_diagnostics.png"}
     assert r["sbc"]["skipped"]  # a shear grid is not drawn from the prior
     # with coverage decidable at 3 seeds, every criterion passes: PASS, exit 0
     acc = tmp_path / "acc.yaml"

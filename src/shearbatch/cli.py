@@ -533,6 +533,8 @@ def bias_run(**kw: Any) -> int:
             batch_size=job["batch_size"],
             progress=progress,
         )
+        if kw["preview"]:  # again, now with the model at each estimate and the residual
+            _preview(job, Path(kw["preview"]), fitted=True)
     ev = runtime.CACHE_EVENTS
     logger.info("persistent compilation cache: %d hit(s), %d miss(es)", ev["hits"], ev["misses"])
     click.echo(
@@ -703,19 +705,61 @@ def _emit_sbatch(job: dict[str, Any], kw: dict[str, Any]) -> int:
     return 0
 
 
-def _preview(job: dict[str, Any], path: Path, n: int = 4) -> None:
-    """Render the first ``n`` realizations of this task's plan (the generator only)."""
+def _preview(job: dict[str, Any], path: Path, n: int = 4, fitted: bool = False) -> None:
+    """PNG of the first ``n`` realizations of this task's plan: the simulated data, and
+    (``fitted``, after the run) the model at each one's estimate and the residual."""
     from .analysis.plots import stamps_figure
     from .engine import generate
 
     reals = job["mine"][:n]
+    if fitted:
+        reals = [r for r in reals if (job["output_dir"] / r.run_id / "posterior.nc").is_file()]
     if not reals:
         return
     sim = generate(job["spec"], reals)
+    models = _models_at_estimate(job, reals) if fitted else None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig = stamps_figure(sim.images, [r.run_id for r in reals], sim.noise_sigma)
+    fig = stamps_figure(sim.images, [r.run_id for r in reals], sim.noise_sigma, models)
     fig.savefig(path, dpi=100)
-    click.echo(f"preview of {len(reals)} realization(s): {path}")
+    what = "data, model at the estimate, residual" if fitted else "data"
+    click.echo(f"preview of {len(reals)} realization(s) ({what}): {path}")
+
+
+def _models_at_estimate(job: dict[str, Any], reals: Sequence[Any]) -> Any:
+    """Noise-free model stamps (B, M, H, W) at each realization's estimate (the MAP /
+    Laplace centre where recorded, else the posterior median), from its written files."""
+    import json
+
+    import jax.numpy as jnp
+    import numpy as np
+    import xarray as xr
+
+    from .core.generate import FIELDS, render_stamps
+
+    problem = job["spec"].model
+    fixed = problem.fields._asdict()
+    m = problem.image.n_objects
+    out = []
+    for r in reals:
+        d = job["output_dir"] / r.run_id
+        conv = json.loads((d / "convergence.json").read_text())
+        mode = conv.get("map_estimate") or {}
+        with xr.open_dataset(d / "posterior.nc", group="posterior", engine="netcdf4") as ds:
+            draws = {k: np.asarray(v.values, float) for k, v in ds.data_vars.items()}
+
+        def est(site: str, default: float, mode=mode, draws=draws) -> Any:
+            if site in mode:
+                return np.asarray(mode[site], float)
+            if site in draws:
+                return np.median(draws[site].reshape(-1, *draws[site].shape[2:]), axis=0)
+            return np.asarray(default, float)
+
+        params = {f: jnp.broadcast_to(jnp.asarray(est(f, fixed[f].args[0] if fixed[f].args
+                                                           else 0.0)), (m,))
+                  for f in FIELDS}  # fmt: skip
+        g = jnp.asarray([est("g1", r.g1), est("g2", r.g2)])
+        out.append(np.asarray(render_stamps(problem, params, g)))
+    return np.stack(out)
 
 
 #: bias-run flag -> campaign key it overrides (the one place flags meet the config)
@@ -984,7 +1028,7 @@ def bias_extract(**kw: Any) -> int:
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=_example(
         "bias-stats --input results/c/summary.csv --output-dir results/c/stats \\",
-        "           --level level_0 --posterior-dir results/c",
+        "           --level level_0 --posterior-dir results/c --report results/c/report.html",
     ),
 )
 @click.option("--input", "input_path", required=True, help="summary.csv from bias-extract.")
@@ -1061,6 +1105,16 @@ def bias_extract(**kw: Any) -> int:
 @click.option(
     "--plots/--no-plots", default=True, help=_help("Write figures under plots/.", default="on")
 )
+@click.option(
+    "--report",
+    default=None,
+    metavar="HTML",
+    help=_help(
+        "Also write one self-contained HTML report (verdict, m and c with errors and methods, "
+        "coverage, SBC, failures by flag, the figures, provenance) to send to a colleague.",
+        default="none",
+    ),
+)
 @click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
 @_version_option()
 def bias_stats(**kw: Any) -> int:
@@ -1100,6 +1154,8 @@ def bias_stats(**kw: Any) -> int:
         raise _fail(f"--n-boot: must be >= 2, got {kw['n_boot']}")
     if kw["posterior_dir"] is not None and not Path(kw["posterior_dir"]).is_dir():
         raise _fail(f"--posterior-dir: {kw['posterior_dir']} is not a directory")
+    if kw["report"] is not None and Path(kw["report"]).is_dir():
+        raise _fail(f"--report: {kw['report']} is a directory")
     try:
         acc = acceptance.load_acceptance(kw["acceptance_config"], kw["level"])
     except OSError as err:
@@ -1124,6 +1180,8 @@ def bias_stats(**kw: Any) -> int:
     text = json.dumps(to_strict_json(res), indent=2, allow_nan=False)
     (out / "bias_results.json").write_text(text + "\n")
     _print_stats(res, out, plot_dir)
+    if kw["report"] is not None:
+        _write_report(res, df, plot_dir, kw["posterior_dir"], Path(kw["report"]))
     return EXIT_CODES[res["verdict"]]
 
 
@@ -1162,6 +1220,8 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
         thr = c["threshold"]
         thr = f"[{thr[0]:.3g}, {thr[1]:.3g}]" if isinstance(thr, list) else f"{thr:.3g}"
         err = f" ± {c['err']:.2g}" if c["err"] is not None else ""
+        if err and c.get("error_method"):
+            err += f" ({c['error_method']})"
         line = f"  {'[' + c['status'].upper() + ']':>14} {c['name']:<20} {num(c['value'])}{err}"
         line += f" (threshold {thr})"
         if c["status"] == "inconclusive":
@@ -1176,6 +1236,33 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
     click.echo(f"verdict: {v} (exit {EXIT_CODES[v]}) -> {out / 'bias_results.json'}")
     if plot_dir is not None:
         click.echo(f"plots: {plot_dir}")
+
+
+def _write_report(
+    res: dict[str, Any], df: Any, plot_dir: Path | None, posterior_dir: str | None, path: Path
+) -> None:
+    """``--report``: one self-contained HTML file (analysis/report.py)."""
+    import xarray as xr
+
+    from .analysis import report
+    from .io import POSTERIOR, find_realization_dirs
+
+    attrs = []
+    if posterior_dir is not None:
+        for d in find_realization_dirs(posterior_dir)[:500]:  # provenance, not statistics
+            if (d / POSTERIOR).is_file():
+                with xr.open_datatree(d / POSTERIOR, engine="netcdf4") as tree:
+                    attrs.append(dict(tree.attrs))
+    order = ["residuals.png", "coverage.png", "ranks.png", "worst_diagnostics.png"]
+    figures = []
+    if plot_dir is not None:
+        figures = sorted(plot_dir.glob("*.png"), key=lambda p: (p.name not in order,
+                         order.index(p.name) if p.name in order else 0, p.name))  # fmt: skip
+    prov = report.provenance(["bias-stats", *sys.argv[1:]], attrs)
+    text = report.render_report(res, figures, report.failures_by_flag(df), prov)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    click.echo(f"report: {path}")
 
 
 def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Path:
@@ -1197,7 +1284,7 @@ def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Pa
         found = [w for w in worst if w in where and (where[w] / POSTERIOR).is_file()]
         if found:
             truth = df.set_index("run_id")
-            figs["worst_traces.png"] = plots.trace_figure(
+            figs["worst_diagnostics.png"] = plots.diagnostics_figure(
                 [where[w] for w in found],
                 [(float(truth.at[w, "g1_true"]), float(truth.at[w, "g2_true"])) for w in found],
             )

@@ -14,10 +14,12 @@ so nothing here touches pyplot's global state or the user's backend.
   (pass, fail, or inconclusive with too few independent seeds).
 - :func:`rank_figure`: histograms of the truth's rank among the draws (SBC;
   a PIT histogram when the truths were not drawn from the prior).
-- :func:`trace_figure`: trace and g1-g2 pair plots of a few realizations,
-  read from their ``posterior.nc``.
-- :func:`stamps_figure`: the simulated stamps of a few realizations (what the
-  generator makes, before any inference).
+- :func:`diagnostics_figure`: per-method diagnostics of the worst
+  realizations (:data:`WORST_RULE`), read from their ``posterior.nc``: trace and
+  rank plots per chain for NUTS; draws against the Laplace / guide Gaussian for
+  MAP and VI.
+- :func:`stamps_figure`: data in units of the noise (asinh stretch), and, after
+  a run, the model at the estimate and the residual.
 """
 
 from __future__ import annotations
@@ -35,7 +37,16 @@ from scipy import stats as st
 from ..io import POSTERIOR
 from .stats import Fit, error_label
 
-__all__ = ["coverage_figure", "rank_figure", "residual_figure", "stamps_figure", "trace_figure"]
+__all__ = [
+    "WORST_RULE",
+    "coverage_figure",
+    "diagnostics_figure",
+    "rank_figure",
+    "residual_figure",
+    "stamps_figure",
+    "trace_figure",
+    "worst_converged",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +186,15 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
     return fig
 
 
+#: what "worst" means, printed on the diagnostics figure and in bias-stats --help
+WORST_RULE = (
+    "worst = failing convergence first, then the largest R-hat - 1, then the largest "
+    "pull |g_mean - g_true| / g_std summed over g1 and g2"
+)
+
+
 def worst_converged(df: Any, k: int = 3) -> list[str]:
-    """Run ids of the ``k`` worst-converged ok realizations.
+    """Run ids of the ``k`` worst-converged ok realizations (:data:`WORST_RULE`).
 
     Order: not passing convergence first, then the largest R-hat, then the
     smallest bulk ESS, then the largest pull ``|g_hat - g_true| / std``.
@@ -196,54 +214,174 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
     return ok["run_id"].to_numpy(object)[order].tolist()
 
 
-def trace_figure(dirs: Sequence[Path], truths: Sequence[tuple[float, float]]) -> Figure:
-    """Trace of g1 and g2 (per chain) and their pair plot, one row per realization."""
+def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
+    """``(g draws (chain, draw), root attrs, convergence record)`` of one realization."""
+    import json
+
     import xarray as xr
 
-    fig = _figure(12, 3.0 * max(len(dirs), 1))
-    axes = np.atleast_2d(fig.subplots(max(len(dirs), 1), 3))
+    with xr.open_datatree(Path(d) / POSTERIOR, engine="netcdf4") as tree:
+        g = {s: np.asarray(tree["posterior"][s].values, float) for s in ("g1", "g2")}
+        attrs = dict(tree.attrs)
+    conv_path = Path(d) / "convergence.json"
+    conv = json.loads(conv_path.read_text()) if conv_path.is_file() else {}
+    return g, attrs, conv
+
+
+def _rank_lines(ax: Any, x: np.ndarray, bins: int = 20) -> None:
+    """Rank plot: histogram per chain of the ranks of its draws among all draws."""
+    ranks = st.rankdata(x.ravel()).reshape(x.shape)
+    edges = np.linspace(0, x.size, bins + 1)
+    for ch in range(x.shape[0]):
+        counts, _ = np.histogram(ranks[ch], edges)
+        ax.step(np.arange(bins), counts, where="mid", lw=1, label=f"chain {ch}")
+    expect = x.shape[1] / bins
+    lo, hi = st.binom.ppf([0.005, 0.995], x.shape[1], 1.0 / bins)
+    ax.axhspan(lo, hi, color="0.85", zorder=0, label="uniform: 99% band")
+    ax.axhline(expect, color="k", lw=0.8)
+    ax.set_xlabel("rank bin (all chains pooled)")
+    ax.set_ylabel("draws")
+
+
+def _ellipses(ax: Any, centre: np.ndarray, cov: np.ndarray) -> None:
+    """1 and 2 sigma (Mahalanobis) contours of N(centre, cov)."""
+    vals, vecs = np.linalg.eigh(cov)
+    t = np.linspace(0, 2 * np.pi, 200)
+    circle = np.stack([np.cos(t), np.sin(t)])
+    for n, ls in ((1, "-"), (2, "--")):
+        pts = vecs @ (n * np.sqrt(np.maximum(vals, 0))[:, None] * circle)
+        ax.plot(centre[0] + pts[0], centre[1] + pts[1], "C3", ls=ls, lw=1.2,
+                label=f"{n}σ of the method's Gaussian")  # fmt: skip
+
+
+def diagnostics_figure(
+    dirs: Sequence[Path], truths: Sequence[tuple[float, float]], rule: str = WORST_RULE
+) -> Figure:
+    """Per-method diagnostics of a few realizations, one row each, values relative to the truth.
+
+    Chains (NUTS): trace and rank plot of g1 and g2 per chain. One chain of
+    independent draws (MAP's Laplace draws, VI's guide draws): histograms of g1
+    and g2 against the method's Gaussian, and the g1-g2 draws against its 1 and
+    2 sigma ellipses, with the truth.
+    """
+    n = max(len(dirs), 1)
+    fig = _figure(15, 3.1 * n + 0.6)
+    axes = np.atleast_2d(fig.subplots(n, 4))
     for row, d, (t1, t2) in zip(axes, dirs, truths, strict=False):
-        with xr.open_dataset(Path(d) / POSTERIOR, group="posterior", engine="netcdf4") as ds:
-            g = {s: np.asarray(ds[s].values, float) for s in ("g1", "g2")}
-        for ax, comp, t in ((row[0], "g1", t1), (row[1], "g2", t2)):
-            for ch in range(g[comp].shape[0]):
-                ax.plot(g[comp][ch] - t, lw=0.5, alpha=0.8, label=f"chain {ch}")
-            ax.axhline(0.0, color="k", ls="--", lw=1, label="truth")
-            ax.set_title(f"{Path(d).name}: {comp} trace", fontsize=9, loc="right")
-            ax.set_xlabel("draw")
-            ax.set_ylabel(f"{comp} − {comp}_true")
-            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-        row[0].legend(fontsize=7, loc="upper right")
-        row[2].scatter(g["g1"].ravel() - t1, g["g2"].ravel() - t2, s=2, alpha=0.3)
-        row[2].plot(0.0, 0.0, "r*", ms=12, label="truth")
-        row[2].set_xlabel("g1 − g1_true")
-        row[2].set_ylabel("g2 − g2_true")
-        row[2].set_title("pair plot (all chains)", fontsize=9, loc="right")
-        row[2].legend(fontsize=7)
-        row[2].ticklabel_format(style="sci", scilimits=(-3, 3))
+        g, attrs, conv = _read_realization(d)
+        method = str(attrs.get("inference_method", conv.get("method", "?")))
+        t = {"g1": t1, "g2": t2}
+        name = Path(d).name
+        if g["g1"].shape[0] > 1:
+            for j, comp in enumerate(("g1", "g2")):
+                ax = row[2 * j]
+                for ch in range(g[comp].shape[0]):
+                    ax.plot(g[comp][ch] - t[comp], lw=0.5, alpha=0.8, label=f"chain {ch}")
+                ax.axhline(0.0, color="k", ls="--", lw=1, label="truth")
+                ax.set_xlabel("draw")
+                ax.set_ylabel(f"{comp} − {comp}_true")
+                ax.set_title(f"{name} ({method}): {comp} trace per chain", fontsize=8, loc="left")
+                _rank_lines(row[2 * j + 1], g[comp])
+                row[2 * j + 1].set_title(f"{comp} rank plot (flat if chains agree)", fontsize=8)
+            row[0].legend(fontsize=6, loc="upper right")
+            row[1].legend(fontsize=6, loc="lower right")
+        else:
+            x = np.stack([g["g1"].ravel() - t1, g["g2"].ravel() - t2])
+            mode = conv.get("map_estimate") or {}
+            centre = np.array([mode.get("g1", t1 + x[0].mean()) - t1,
+                               mode.get("g2", t2 + x[1].mean()) - t2])  # fmt: skip
+            cov = np.cov(x)
+            kind = "Laplace" if method == "map" else "guide"
+            for j, comp in enumerate(("g1", "g2")):
+                ax = row[j]
+                ax.hist(x[j], bins=40, density=True, color="C0", alpha=0.6, label="draws")
+                sd = np.sqrt(cov[j, j])
+                xs = np.linspace(x[j].min(), x[j].max(), 200)
+                ax.plot(xs, st.norm.pdf(xs, centre[j], sd), "C3", lw=1.2,
+                        label=f"{kind} Gaussian (centre {'mode' if mode else 'mean'})")  # fmt: skip
+                ax.axvline(0.0, color="k", ls="--", lw=1, label="truth")
+                ax.set_xlabel(f"{comp} − {comp}_true")
+                ax.set_title(f"{name} ({method}): {comp}, pull {centre[j] / sd:+.2f}σ",
+                             fontsize=8, loc="left")  # fmt: skip
+                ax.legend(fontsize=6)
+            ax = row[2]
+            ax.scatter(x[0], x[1], s=2, alpha=0.3, label="draws")
+            _ellipses(ax, centre, cov)
+            ax.plot(0.0, 0.0, "k*", ms=10, label="truth")
+            ax.set_xlabel("g1 − g1_true")
+            ax.set_ylabel("g2 − g2_true")
+            ax.set_title(f"draws vs the {kind} ellipses", fontsize=8)
+            ax.legend(fontsize=6)
+            ax = row[3]
+            ax.set_axis_off()
+            lines = [f"{name}", f"method: {method} (independent draws, one 'chain':",
+                     "  no trace or R-hat to show)", f"draws: {x.shape[1]}",
+                     f"status: {conv.get('status', '?')}  flags: "
+                     f"{', '.join(conv.get('flag_names') or []) or 'none'}"]  # fmt: skip
+            for j, comp in enumerate(("g1", "g2")):
+                lines.append(f"{comp}: truth {t[comp]:+.4f}, std {np.sqrt(cov[j, j]):.2e}")
+            ax.text(0.0, 0.95, "\n".join(lines), va="top", fontsize=8, family="monospace",
+                    transform=ax.transAxes)  # fmt: skip
+        for ax in row:
+            if ax.axison:
+                ax.ticklabel_format(style="sci", scilimits=(-3, 3))
+    fig.suptitle(f"Diagnostics of the {len(dirs)} worst realization(s); {rule}", fontsize=9)
     return fig
 
 
-def stamps_figure(images: np.ndarray, titles: Sequence[str], noise_sigma: float) -> Figure:
-    """Simulated stamps, one panel per (realization, galaxy): ``images`` is (B, M, H, W)."""
-    images = np.asarray(images)
-    b, m = images.shape[:2]
-    panels = [
-        (images[i, j], f"{titles[i]}" + (f" #{j}" if m > 1 else ""))
-        for i in range(b)
-        for j in range(m)
-    ]
-    ncol = min(4, len(panels))
-    nrow = -(-len(panels) // ncol)
-    fig = _figure(3.0 * ncol, 3.0 * nrow + 0.4)
-    axes = np.atleast_1d(fig.subplots(nrow, ncol)).ravel()
-    for ax, (img, title) in zip(axes, panels, strict=False):
-        im = ax.imshow(img, origin="lower", cmap="viridis", interpolation="nearest")
-        ax.set_title(title, fontsize=7)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        fig.colorbar(im, ax=ax, shrink=0.8)
-    for ax in axes[len(panels) :]:
-        ax.set_axis_off()
-    fig.suptitle(f"simulated stamps (pixel values; noise sigma {noise_sigma:g})", fontsize=9)
+def trace_figure(dirs: Sequence[Path], truths: Sequence[tuple[float, float]]) -> Figure:
+    """Alias of :func:`diagnostics_figure` (kept for callers of the old name)."""
+    return diagnostics_figure(dirs, truths)
+
+
+def stamps_figure(
+    images: np.ndarray,
+    titles: Sequence[str],
+    noise_sigma: float,
+    models: np.ndarray | None = None,
+) -> Figure:
+    """Stamps of a few realizations in units of the pixel noise, one row each.
+
+    ``images`` (B, M, H, W): the data; first galaxy of each realization. Pixel
+    values are divided by the noise sigma and shown with an asinh stretch
+    (linear within +-1 sigma), so the noise and the galaxy are both visible.
+    With ``models`` (B, M, H, W, the noise-free model at each realization's
+    estimate) two more columns: the model, and the residual (data - model) /
+    sigma on a fixed +-4 scale (pure noise when the model fits).
+    """
+    from matplotlib.colors import AsinhNorm
+
+    data = np.asarray(images)[:, 0] / noise_sigma
+    mods = None if models is None else np.asarray(models)[:, 0] / noise_sigma
+    ncol = 1 if mods is None else 3
+    b = data.shape[0]
+    fig = _figure(3.4 * ncol + 0.4, 3.0 * b + 0.6)
+    axes = np.atleast_2d(fig.subplots(b, ncol)).reshape(b, ncol)
+    for i in range(b):
+        top = max(float(np.max(data[i])), 5.0)
+        norm = AsinhNorm(linear_width=1.0, vmin=-5.0, vmax=top)
+        im = axes[i, 0].imshow(data[i], origin="lower", cmap="magma", norm=norm,
+                               interpolation="nearest")  # fmt: skip
+        ticks = [t for t in (-3, -1, 0, 1, 3, 10, 30, 100, 300, 1000, 3000, 1e4, 3e4, 1e5)
+                 if t <= top]  # fmt: skip
+        fig.colorbar(im, ax=axes[i, 0], shrink=0.8, label="data / σ (asinh)", ticks=ticks,
+                     format="%g")  # fmt: skip
+        axes[i, 0].set_title(f"{titles[i]}: data", fontsize=7)
+        if mods is not None:
+            im = axes[i, 1].imshow(mods[i], origin="lower", cmap="magma", norm=norm,
+                                   interpolation="nearest")  # fmt: skip
+            fig.colorbar(im, ax=axes[i, 1], shrink=0.8, label="model / σ (asinh)", ticks=ticks,
+                         format="%g")  # fmt: skip
+            axes[i, 1].set_title("model at the estimate", fontsize=7)
+            res = data[i] - mods[i]
+            im = axes[i, 2].imshow(res, origin="lower", cmap="RdBu_r", vmin=-4, vmax=4,
+                                   interpolation="nearest")  # fmt: skip
+            fig.colorbar(im, ax=axes[i, 2], shrink=0.8, label="(data − model) / σ")
+            axes[i, 2].set_title(f"residual: rms {np.sqrt(np.mean(res**2)):.2f} σ "
+                                 "(1 = noise only)", fontsize=7)  # fmt: skip
+        for ax in axes[i]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    what = "data, model at the estimate, residual" if mods is not None else "simulated data"
+    fig.suptitle(f"{what}; pixel values in units of the noise σ = {noise_sigma:g}", fontsize=9)
     return fig

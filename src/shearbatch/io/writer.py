@@ -33,6 +33,7 @@ import xarray as xr
 
 from .. import __version__
 from .layout import CONVERGENCE, POSTERIOR, TRUTH
+from .variables import annotate
 
 __all__ = ["read_json", "read_posterior", "to_strict_json", "write_json", "write_realization"]
 
@@ -112,6 +113,7 @@ def _posterior_tree(
     group_attrs = {"created_at": created, "inference_library": "shearbatch"}
     for ds in (post, stats, obs):
         ds.attrs.update(group_attrs)
+        annotate(ds)  # units and long_name (io/variables.py)
     root_attrs = {k: v for k, v in to_strict_json(dict(attrs)).items() if v is not None}
     root_attrs.setdefault("shearbatch_version", __version__)
     root = xr.Dataset(attrs=root_attrs)

@@ -1,0 +1,199 @@
+"""A campaign report as ONE self-contained HTML file (``bias-stats --report FILE``).
+
+Everything is inline (CSS, figures as base64 PNG ``data:`` URIs), so the file
+can be mailed to a colleague and opened anywhere without the campaign
+directory: the verdict; m and c with their errors and the error method; every
+acceptance criterion; coverage; SBC; failures and exclusions by flag; the
+figures; and the provenance (commands, versions, config hashes, machine).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import platform
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+__all__ = ["failures_by_flag", "provenance", "render_report"]
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.5em} h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:.25em .6em;
+text-align:left;font-variant-numeric:tabular-nums} th{background:#f3f3f3}
+.verdict{display:inline-block;padding:.3em .8em;border-radius:4px;color:#fff;font-weight:bold}
+.PASS{background:#2a7d2a} .FAIL{background:#b22} .INCONCLUSIVE{background:#c77a00}
+.pass{color:#2a7d2a} .fail{color:#b22} .inconclusive{color:#c77a00}
+figure{margin:1em 0} figure img{max-width:100%;border:1px solid #ddd}
+figcaption{font-size:.9em;color:#555} code,pre{background:#f6f6f6}
+pre{padding:.5em;overflow-x:auto;white-space:pre-wrap}
+"""
+
+_CAPTIONS = {
+    "residuals.png": "Residuals of the per-realization point estimate against the truth, with "
+    "the fitted line m g_true + c and its ±1σ band (error method in the legend).",
+    "coverage.png": "Observed coverage of the central 68% / 95% posterior intervals against "
+    "the expected value and its two-sided binomial band.",
+    "ranks.png": "Rank of the truth among the posterior draws (SBC when the truths were drawn "
+    "from the prior, a PIT histogram otherwise).",
+    "worst_diagnostics.png": "Per-method diagnostics of the worst realizations (the rule is "
+    "in the figure's title).",
+}
+
+
+def _esc(v: Any) -> str:
+    return html.escape(str(v))
+
+
+def _num(v: Any, fmt: str = ".3e") -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def failures_by_flag(df: Any) -> dict[str, int]:
+    """Realizations per status (non-ok) and per failure flag name over the summary table."""
+    counts: Counter[str] = Counter()
+    for status in df["status"].astype(str):
+        if status != "ok":
+            counts[f"status: {status}"] += 1
+    if "flags" in df.columns:  # an all-empty column is read as float NaN
+        for flags in df["flags"].astype(object).where(df["flags"].notna(), ""):
+            for name in filter(None, str(flags).split("|")):
+                counts[name] += 1
+    return dict(sorted(counts.items()))
+
+
+def provenance(
+    argv: Sequence[str], posterior_attrs: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """Commands, versions, config hashes and machine of a report."""
+
+    def v(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "not installed"
+
+    def values(key: str) -> list[str]:
+        return sorted({str(a[key]) for a in posterior_attrs if key in a})
+
+    return {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(argv),
+        "versions (analysis)": ", ".join(
+            f"{p} {v(p)}" for p in ("shearbatch", "jax", "numpyro", "arviz", "numpy")
+        ) + f", python {sys.version.split()[0]}",
+        "machine (analysis)": f"{platform.node()}: {platform.platform()}, "
+        f"{platform.machine()}, {__import__('os').cpu_count()} CPU(s)",
+        "config hash (runs)": ", ".join(values("config_hash")) or "unknown (no --posterior-dir)",
+        "shearbatch version (runs)": ", ".join(values("shearbatch_version")) or "unknown",
+        "inference method (runs)": ", ".join(values("inference_method")) or "unknown",
+        "precision (runs)": ", ".join(values("dtype")) or "unknown",
+        "realizations whose files were read for this": str(len(posterior_attrs)),
+    }  # fmt: skip
+
+
+def _figure_html(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    cap = _CAPTIONS.get(path.name, path.name)
+    return (f'<figure><img alt="{_esc(path.name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_esc(path.name)}: {_esc(cap)}</figcaption></figure>")  # fmt: skip
+
+
+def render_report(
+    res: Mapping[str, Any],
+    figures: Sequence[Path],
+    flags: Mapping[str, int],
+    prov: Mapping[str, Any],
+) -> str:
+    """The whole HTML document of a ``bias-stats`` result ``res`` (bias_results.json)."""
+    v = res["verdict"]
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>shearbatch report: {_esc(v)}</title><style>{_CSS}</style></head><body>",
+        "<h1>Shear-bias campaign report</h1>",
+        f"<p><span class='verdict {v}' id='verdict'>{_esc(v)}</span> "
+        f"{_esc(res['level'])}: used {res['n_used']} of {res['n_realizations']} realization(s) "
+        f"({res['n_seeds']} independent seeds); estimator {_esc(res['estimator'])}, point "
+        f"estimate {_esc(res['point_estimate'])}, weights {_esc(res['weights'])}.</p>",
+        "<p>Model: g_hat = (1 + m) g_true + c, per component. A criterion PASSes when "
+        f"|x| + zσ ≤ threshold, FAILs when |x| − zσ &gt; threshold (z = {res['z']:g}), and is "
+        "INCONCLUSIVE otherwise.</p>",
+    ]
+    if res.get("noise_bias"):
+        parts.append(f"<p><b>Note:</b> {_esc(res['noise_bias']['message'])}</p>")
+    if (res.get("prior") or {}).get("dominated"):
+        parts.append("<p><b>Warning:</b> prior-dominated campaign: the shear prior pulls the "
+                     "estimates (use the flat default prior for calibration).</p>")  # fmt: skip
+    rows = []
+    crit = {c["name"]: c for c in res["criteria"]}
+    for k in ("m1", "c1", "m2", "c2"):
+        comp = f"g{k[1]}"
+        c = crit.get(f"|{k}|", {})
+        status = c.get("status", "not a criterion")
+        value = (
+            _num(res[k])
+            if res[k] is not None
+            else f"undefined ({_esc(res.get(f'{k}_reason', ''))})"
+        )
+        rows.append([k, value, _num(res.get(f"{k}_err"), ".2e"),
+                     _esc(res["fits"][comp]["error_label"]),
+                     f"<span class='{status}'>{_esc(status)}</span>",
+                     _num(c.get("threshold"), ".3g")])  # fmt: skip
+    parts += ["<h2>m and c</h2>",
+              _table(["quantity", "value", "± error", "error method", "status", "threshold"],
+                     rows)]  # fmt: skip
+    rows = []
+    for c in res["criteria"]:
+        thr = c["threshold"]
+        thr = f"[{thr[0]:.3g}, {thr[1]:.3g}]" if isinstance(thr, list) else f"{thr:.3g}"
+        rows.append([_esc(c["name"]), _num(c["value"], ".3g"), _num(c["err"], ".2g"),
+                     _esc(c.get("error_method") or ""), thr,
+                     f"<span class='{c['status']}'>{_esc(c['status'].upper())}</span>",
+                     _esc(c.get("reason") or "") + (f" (needs ~{c['n_needed']} realizations)"
+                                                    if c.get("n_needed") else "")])  # fmt: skip
+    parts += ["<h2>Acceptance criteria</h2>",
+              _table(["criterion", "value", "± error", "error method", "threshold", "status",
+                      "note"], rows)]  # fmt: skip
+    rows = []
+    for comp, levels in res["coverage"].items():
+        for lev, r in levels.items():
+            if "observed" not in r:
+                rows.append([comp, lev, "–", "–", "–", "–", _esc(r.get("skipped", ""))])
+                continue
+            rows.append([comp, f"{float(lev):.0%}", f"{r['observed']:.3f}", f"{r['expected']:.2f}",
+                         f"[{r['band'][0]:.3f}, {r['band'][1]:.3f}]", f"{r['n']} ({r['n_eff']})",
+                         _esc(r.get("status", ""))])  # fmt: skip
+    parts += ["<h2>Coverage</h2>",
+              _table(["component", "interval", "observed", "expected", "band",
+                      "n (independent seeds)", "status"], rows)]  # fmt: skip
+    sbc = res["sbc"]
+    parts.append("<h2>Simulation-based calibration</h2>")
+    if "skipped" in sbc:
+        parts.append(f"<p>Skipped: {_esc(sbc['skipped'])}</p>")
+    else:
+        parts.append(_table(["component", "result"],
+                            [[c, _esc(r)] for c, r in sbc.items()]))  # fmt: skip
+    parts.append("<h2>Failures and exclusions</h2>")
+    counts = [["failed", res["n_failed"]], ["incomplete", res["n_incomplete"]],
+              ["corrupt", res["n_corrupt"]]]  # fmt: skip
+    counts += [[f"excluded: {_esc(k)}", n] for k, n in res["excluded"].items()]
+    counts += [[f"flag: {_esc(k)}", n] for k, n in flags.items() if not k.startswith("status")]
+    parts.append(_table(["what", "realizations"], counts))
+    parts.append("<h2>Figures</h2>")
+    parts += [_figure_html(p) for p in figures] or ["<p>No figures (--no-plots).</p>"]
+    parts += ["<h2>Provenance</h2>",
+              _table(["", ""], [[_esc(k), f"<code>{_esc(val)}</code>"] for k, val in prov.items()]),
+              "</body></html>"]  # fmt: skip
+    return "\n".join(parts) + "\n"

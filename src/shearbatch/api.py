@@ -1,0 +1,189 @@
+"""A Python API for notebooks: run a campaign and open its results.
+
+::
+
+    import shearbatch
+
+    camp = shearbatch.run("configs/level0.yaml", shear_grid=[-0.05, 0.05],
+                          shear_grid_g2=[-0.05, 0.05], n_realizations=20,
+                          output_dir="results/nb")
+    camp = shearbatch.open_campaign("results/nb")      # the same, for an existing campaign
+    camp.statuses()          # run_id -> ok / failed / incomplete / corrupt
+    df = camp.summary()      # one row per realization (what bias-extract writes)
+    res = camp.stats()       # m1, c1, m2, c2 with errors, coverage, verdict (bias-stats)
+    post = camp.posterior(camp.realizations[0])   # xarray.DataTree with units / long_name
+    camp.describe(camp.realizations[0])           # az.summary at full precision
+
+:func:`run` mirrors ``bias-run``: its keyword arguments are the command's
+options (``shear_grid=[...]`` is ``--shear-grid ...``) and go through the same
+validation (a bad value raises ``ValueError`` with the CLI's one-line message)
+and the same engine. :class:`Campaign` reads files only; it never recomputes
+an inference.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Campaign", "open_campaign", "run"]
+
+logger = logging.getLogger(__name__)
+
+
+class Campaign:
+    """The results of a campaign directory (``bias-run``'s ``--output-dir``)."""
+
+    def __init__(self, root: str | Path, report: Any = None) -> None:
+        from .io import find_realization_dirs
+
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise ValueError(f"open_campaign: {self.root} is not a directory")
+        self._dirs = {p.name: p for p in find_realization_dirs(self.root)}
+        #: the engine's report when this campaign was just run by :func:`run`
+        self.report = report
+
+    def __repr__(self) -> str:
+        return f"Campaign({str(self.root)!r}, {len(self._dirs)} realization(s))"
+
+    @property
+    def realizations(self) -> list[str]:
+        """Run ids (directory names), sorted."""
+        return sorted(self._dirs)
+
+    def path(self, run_id: str) -> Path:
+        try:
+            return self._dirs[run_id]
+        except KeyError:
+            raise KeyError(f"{run_id!r} is not a realization of {self.root}") from None
+
+    def summary(self, convergence_config: str | None = None, workers: int = 1) -> Any:
+        """One row per realization as a pandas DataFrame: the ``bias-extract`` table."""
+        import pandas as pd
+
+        from .analysis import extract as ex
+
+        th = ex.load_thresholds(convergence_config)
+        rows = ex.extract_campaign(self.root, th, workers=workers, progress=False)
+        return pd.DataFrame(rows, columns=list(ex.SUMMARY_COLUMNS)).set_index("run_id")
+
+    def statuses(self) -> Any:
+        """``run_id -> status`` (ok, failed, incomplete, corrupt) as a pandas Series."""
+        return self.summary()["status"]
+
+    def stats(self, level: str = "level_0", **options: Any) -> dict[str, Any]:
+        """The ``bias-stats`` analysis (m, c, errors, coverage, verdict) as a dict.
+
+        ``options``: ``estimator``, ``point``, ``weights``, ``n_boot``,
+        ``sbc_mode``, ``acceptance`` (see :func:`shearbatch.analysis.acceptance.analyze`).
+        """
+        from .analysis import acceptance
+
+        df = self.summary().reset_index()
+        res, _, _ = acceptance.analyze(df, level=level, **options)
+        return res
+
+    def posterior(self, run_id: str) -> Any:
+        """``posterior.nc`` of one realization as an ``xarray.DataTree`` (loaded into memory).
+
+        Groups ``posterior`` (``g1``, ``g2``, per-galaxy latents; each with ``units``
+        and ``long_name``), ``sample_stats``, ``observed_data``; root attributes
+        carry the truth, seed, method and config hash. ``arviz.from_netcdf(path)``
+        reads the same file as InferenceData.
+        """
+        import xarray as xr
+
+        from .io import POSTERIOR
+
+        with xr.open_datatree(self.path(run_id) / POSTERIOR, engine="netcdf4") as tree:
+            return tree.load()
+
+    def truth(self, run_id: str) -> dict[str, Any]:
+        from .io import TRUTH, read_json
+
+        return read_json(self.path(run_id) / TRUTH)
+
+    def convergence(self, run_id: str) -> dict[str, Any]:
+        from .io import CONVERGENCE, read_json
+
+        return read_json(self.path(run_id) / CONVERGENCE)
+
+    def describe(self, run_id: str) -> Any:
+        """``az.summary`` of one realization at full precision (a DataFrame).
+
+        A Level 0 posterior width is ~1e-5: ArviZ's default ``round_to=2`` shows
+        it as 0.0, so this passes ``round_to="none"``. MAP and VI draws are
+        independent draws of a Gaussian stored as one chain, so only the statistics
+        are computed for them (R-hat needs chains; ArviZ would warn).
+        """
+        import arviz as az
+
+        from .io import POSTERIOR
+
+        data = az.from_netcdf(self.path(run_id) / POSTERIOR)
+        n_chain = int(data.posterior.sizes["chain"])
+        kind = "all" if n_chain > 1 else "stats"
+        return az.summary(data, kind=kind, round_to="none")
+
+
+def open_campaign(root: str | Path) -> Campaign:
+    """Open a campaign directory (``bias-run``'s ``--output-dir``) for reading."""
+    return Campaign(root)
+
+
+def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
+    """Run a campaign like ``bias-run`` and return it opened.
+
+    ``config``: a YAML path or a mapping with the same content. ``options`` are
+    ``bias-run``'s options with underscores (``shear_grid=[-0.05, 0.05]``,
+    ``shear_grid_g2=[...]``, ``n_realizations=20``, ``output_dir=...``,
+    ``method="nuts"``, ``x64=False``, ``batch_size=...``, ``paired=True``, ...);
+    unknown options and bad values raise ``ValueError`` with the CLI's message.
+    Complete realizations are skipped unless ``overwrite=True``.
+    """
+    import click
+    import yaml
+
+    from . import runtime
+    from .cli import _plan_run, bias_run
+    from .schema import ConfigError
+
+    # every option at the command's own default, as click would pass it
+    kw: dict[str, Any] = dict(bias_run.make_context("bias-run", [], resilient_parsing=True).params)
+    kw.update(progress=False, dry_run=False, preview=None, show_config=None)
+    unknown = sorted(set(options) - set(kw))
+    if unknown:
+        raise ValueError(f"run: unknown option(s) {', '.join(unknown)}; use bias-run's options")
+    for k, v in options.items():
+        if v is not None and isinstance(kw[k], tuple):
+            v = tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else (v,)
+        kw[k] = v
+    with tempfile.TemporaryDirectory() as tmp:
+        if isinstance(config, Mapping):
+            path = Path(tmp) / "config.yaml"
+            path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+            config = path
+        kw["config_path"] = str(config)
+        try:
+            job = _plan_run(kw)
+        except (ConfigError, click.UsageError) as err:
+            msg = err.format_message() if isinstance(err, click.UsageError) else str(err)
+            raise ValueError(msg) from None
+    from .engine import run_campaign
+
+    with runtime.scoped():
+        runtime.configure(job["spec"].precision == "float64", kw["cache_dir"])
+        report = run_campaign(
+            job["spec"],
+            job["todo"],
+            output_dir=job["output_dir"],
+            batch_size=job["batch_size"],
+            progress=bool(kw["progress"]),
+        )
+    logger.info("wrote %d ok, %d failed realization(s) under %s", report.n_ok, report.n_failed,
+                job["output_dir"])  # fmt: skip
+    return Campaign(job["output_dir"], report=report)

@@ -1,0 +1,95 @@
+"""The notebook path: shearbatch.run a two-component campaign, open it, read its statuses,
+summary, m and c, and one posterior with units, as the README's session does."""
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import shearbatch
+
+LEVEL0 = Path("configs/level0.yaml")
+
+
+def tiny_config() -> dict:
+    """Level 0 on 16x16 stamps (a 0.3" galaxy), so the test stays fast."""
+    cfg = yaml.safe_load(LEVEL0.read_text())
+    cfg["image"].update(size_x=16, size_y=16)
+    cfg["gal"]["half_light_radius"] = 0.3
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    out = tmp_path_factory.mktemp("nb") / "camp"
+    camp = shearbatch.run(tiny_config(), shear_grid=[-0.05, 0.05], shear_grid_g2=[-0.05, 0.05],
+                          n_realizations=3, batch_size=12, output_dir=str(out))  # fmt: skip
+    return out, camp
+
+
+def test_run_returns_the_opened_campaign(campaign):
+    out, camp = campaign
+    assert camp.report.n_ok == 12 and camp.report.n_failed == 0
+    assert camp.root == out and len(camp.realizations) == 12
+    again = shearbatch.open_campaign(out)
+    assert again.realizations == camp.realizations
+
+
+def test_statuses_and_summary(campaign):
+    _, camp = campaign
+    assert set(camp.statuses()) == {"ok"}
+    df = camp.summary()
+    assert len(df) == 12 and {"g1_true", "g2_true", "g1_mean", "g2_std"} <= set(df.columns)
+    assert sorted(set(df["g2_true"])) == [-0.05, 0.05]  # both components vary
+
+
+def test_stats_measure_both_components(campaign):
+    _, camp = campaign
+    res = camp.stats()
+    for k in ("m1", "m2", "c1", "c2"):
+        assert res[k] is not None and res[f"{k}_err"] is not None, k
+        # a well-specified Level 0 campaign: consistent with zero at its own precision
+        assert abs(res[k]) < 4 * res[f"{k}_err"] + 1e-6, (k, res[k], res[f"{k}_err"])
+
+
+def test_posterior_has_units_and_long_names(campaign):
+    _, camp = campaign
+    rid = camp.realizations[0]
+    post = camp.posterior(rid)
+    g1 = post["posterior"]["g1"]
+    assert g1.dims == ("chain", "draw")
+    assert g1.attrs["units"] == "1" and "shear" in g1.attrs["long_name"]
+    assert post["observed_data"]["obs"].attrs["units"] == "image units per pixel"
+    truth = camp.truth(rid)
+    assert post.attrs["g1_true"] == pytest.approx(truth["g1"])
+    assert camp.convergence(rid)["status"] == "ok"
+
+
+def test_describe_keeps_level0_precision_without_warnings(campaign):
+    _, camp = campaign
+    rid = camp.realizations[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = camp.describe(rid)
+    sd = float(table.loc["g1", "sd"])
+    draws = np.asarray(camp.posterior(rid)["posterior"]["g1"]).ravel()
+    assert 0 < sd < 1e-3  # a Level 0 width, not rounded to 0.0
+    assert sd == pytest.approx(draws.std(ddof=0), rel=1e-3) or sd == pytest.approx(
+        draws.std(ddof=1), rel=1e-3
+    )
+
+
+def test_bad_options_raise_the_clis_message(tmp_path):
+    with pytest.raises(ValueError, match="--batch-size: must be >= 1"):
+        shearbatch.run(LEVEL0, batch_size=0, output_dir=str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="unknown option"):
+        shearbatch.run(LEVEL0, shear_gird=[0.01])
+    with pytest.raises(ValueError, match="did you mean"):
+        cfg = tiny_config()
+        cfg["gal"]["fluxx"] = cfg["gal"].pop("flux")
+        shearbatch.run(cfg, output_dir=str(tmp_path / "y"))
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    with pytest.raises(ValueError, match="not a directory"):
+        shearbatch.open_campaign(tmp_path / "nothing")
