@@ -198,7 +198,9 @@ def write_json(
 
 
 def footer(res: dict[str, Any]) -> str:
-    """One line of provenance for a figure: commit, machine, versions, load."""
+    """One line of provenance for a figure: commit, machine, versions, load (at the top
+    level of the record, or under ``info``)."""
+    res = res.get("info", res)
     git = res.get("git") or {}
     commit = (git.get("commit") or "unknown")[:10]
     dirty = f" + {len(git['modified'])} modified file(s)" if git.get("modified") else ""

@@ -52,6 +52,23 @@ def program_memory(lanes: int, dtype: str, stamp: int) -> dict[str, Any]:
     return rec
 
 
+def draw(fig, rec: dict[str, Any]) -> None:
+    """Compiled program memory vs lane count per dtype (the PNG beside the JSON)."""
+    ax = fig.subplots()
+    for dtype, r in rec["by_dtype"].items():
+        lanes = sorted(r["lanes"], key=int)
+        ax.plot([int(b) for b in lanes], [r["lanes"][b]["total_bytes"] / 2**20 for b in lanes],
+                "o-", label=f"{dtype}: {r['bytes_per_lane'] / 2**20:.2f} MiB per lane")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("lanes (realizations per compiled batch)")
+    ax.set_ylabel("XLA buffers: arguments + outputs + temporaries (MiB)")
+    ax.set_title(f"Level 0 MAP + Laplace program, {rec['settings']['stamp']}x"
+                 f"{rec['settings']['stamp']} stamps (compiler's figures on this backend)",
+                 fontsize=10)  # fmt: skip
+    ax.legend(fontsize=8)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = h.parser(__doc__, "lane_memory", repeats=1)
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 128])
@@ -75,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                   "fixed_bytes": fixed,
                                   "lanes_per_80GiB_at_75pct": int(0.75 * 80 * 2**30 / per_lane)}  # fmt: skip
         print(f"{dtype}: {per_lane / 2**20:.3f} MiB per lane (+ {fixed / 2**20:.2f} MiB fixed)")
-    return h.write_json(res, args.out)
+    return h.write_json(res, args.out, draw=draw)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,35 @@ def run(work: Path, *, tasks: int = 4, throttle: int = 2, stamp: int = 16,
     return rec
 
 
+def draw(fig, rec: dict) -> None:
+    """Per array task: cache misses, lock wait and logged span; wall times of the array."""
+    ax, bx = fig.subplots(1, 2)
+    tasks = rec["tasks"]
+    x = [t["task"] for t in tasks]
+    ax.bar([i - 0.2 for i in x], [t["lock_wait_s"] for t in tasks], 0.4, label="compile-lock wait")
+    ax.bar([i + 0.2 for i in x], [t["logged_span_s"] for t in tasks], 0.4, label="logged span")
+    for i, t in zip(x, tasks, strict=True):
+        ax.annotate(
+            f"{t['cache_misses']} miss(es)\n{t['cache_hits']} hit(s)",
+            (i, 0),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+        )
+    ax.set_xticks(x, [f"task {i}" for i in x])
+    ax.set_ylabel("seconds")
+    ax.set_title("array tasks: the first compiles, the others read the cache", fontsize=10)
+    ax.legend(fontsize=8)
+    c = rec["campaign"]
+    names = ["sbatch -> array done", "sbatch -> stats done", "one process"]
+    vals = [rec["sbatch_to_array_done_s"], rec["sbatch_to_stats_done_s"], rec["single_process_s"]]
+    bx.bar(names, vals, color=["C0", "C1", "C2"])
+    bx.set_ylabel("seconds")
+    bx.set_title(f"{c['realizations']} realizations over {c['tasks']} tasks (throttle "
+                 f"{c['throttle']}), local single-node SLURM", fontsize=10)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = h.parser(__doc__, "slurm", repeats=1)
     ap.add_argument("--tasks", type=int, default=4)
@@ -201,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{t['cache_misses']} miss(es), lock wait {t['lock_wait_s']} s, "
               f"logged span {t['logged_span_s']} s")  # fmt: skip
     print(f"bias_results.json identical to the single process's: {rec['results_identical']}")
-    return h.write_json({"info": info, "settings": h.settings(args), **rec}, args.out)
+    return h.write_json({"info": info, "settings": h.settings(args), **rec}, args.out, draw=draw)
 
 
 if __name__ == "__main__":
