@@ -99,3 +99,18 @@ def test_prior_dominated_campaign_is_flagged_and_the_default_is_not(campaign):
         assert "WARNING prior-dominated" in text
         # the measured m is the predicted pull: m1 = -shrinkage (Gaussian prior x likelihood)
         assert abs(r["m1"] + r["prior"]["shrinkage_g1"]) < 3 * r["m1_err"] + 0.1 * pull
+
+
+def test_noise_bias_note_only_for_low_snr_joint_modes():
+    """bias-stats warns about the joint mode's noise bias for MAP campaigns at survey S/N
+    (median S/N below NOISE_BIAS_SNR), never for posterior means or high S/N."""
+    import pandas as pd
+
+    from shearbatch.analysis.acceptance import NOISE_BIAS_SNR, noise_bias_note
+
+    low = pd.DataFrame({"estimate": ["mode"] * 4, "snr": [14.0, 15.0, 16.0, 200.0]})
+    note = noise_bias_note(low)
+    assert note is not None and note["median_snr"] == 15.5
+    assert abs(note["expected_order"] - 15.5**-2) < 1e-12 and "S/N 15" in note["message"]
+    assert noise_bias_note(low.assign(snr=2 * NOISE_BIAS_SNR)) is None
+    assert noise_bias_note(low.assign(estimate="mean")) is None

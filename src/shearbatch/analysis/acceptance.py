@@ -123,9 +123,10 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
     med = float(np.median(snr))
     return {"median_snr": med, "expected_order": med**-2,
             "message": f"MAP estimates are joint modes: noise bias of order (S/N)^-2 = "
-                       f"{med**-2:.1g} at the median S/N {med:.3g} (measured per method in "
-                       f"the README, 'Noise bias'); the marginal posterior mean (--method nuts) "
-                       f"is not expected to carry it"}  # fmt: skip
+                       f"{med**-2:.1g} at the median S/N {med:.3g}; measured for one "
+                       "exponential galaxy with free flux, size and shape: m1 = -0.015 +- "
+                       "0.005 at S/N 15, consistent with 0 at S/N 30 and 100 (README, "
+                       "'Noise bias and planning')"}  # fmt: skip
 
 
 def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
