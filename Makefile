@@ -33,7 +33,7 @@ $(VENV)/.installed-test: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
 # coverage gates), MAP + Laplace in float64 (the config's precision), then the summary
 # table, then m and c with errors, coverage, plots, the verdict and report.html (one file to
 # send to a colleague).
-demo: $(VENV)/.installed  ## set-up + a small Level 0 campaign (run -> extract -> stats), ~40 s
+demo: $(VENV)/.installed  ## set-up + a small 2-D Level 0 campaign (run -> extract -> stats -> report.html)
 	$(BIN)/bias-run --config configs/level0.yaml --shear-grid -0.05 0.05 \
 	    --shear-grid-g2 -0.05 0.05 --n-realizations 20 --base-seed 0 --batch-size 40 \
 	    --output-dir $(OUT)/runs --preview $(OUT)/stamps.png --no-progress

@@ -175,8 +175,11 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
             raise ValueError(msg) from None
     from .engine import run_campaign
 
+    if kw.get("emit_sbatch"):
+        raise ValueError("run: emit_sbatch writes a SLURM script; use bias-run --emit-sbatch")
+    cache_dir = kw["cache_dir"] or runtime.default_cache_dir(job["output_dir"])  # as bias-run
     with runtime.scoped():
-        runtime.configure(job["spec"].precision == "float64", kw["cache_dir"])
+        runtime.configure(job["spec"].precision == "float64", cache_dir)
         report = run_campaign(
             job["spec"],
             job["todo"],

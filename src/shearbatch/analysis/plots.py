@@ -287,7 +287,8 @@ def diagnostics_figure(
             row[1].legend(fontsize=6, loc="lower right")
         else:
             x = np.stack([g["g1"].ravel() - t1, g["g2"].ravel() - t2])
-            mode = conv.get("map_estimate") or {}
+            # MAP: the Laplace Gaussian sits at the mode; VI: the guide at its own mean
+            mode = (conv.get("map_estimate") or {}) if method == "map" else {}
             centre = np.array([mode.get("g1", t1 + x[0].mean()) - t1,
                                mode.get("g2", t2 + x[1].mean()) - t2])  # fmt: skip
             cov = np.cov(x)
@@ -301,6 +302,7 @@ def diagnostics_figure(
                         label=f"{kind} Gaussian (centre {'mode' if mode else 'mean'})")  # fmt: skip
                 ax.axvline(0.0, color="k", ls="--", lw=1, label="truth")
                 ax.set_xlabel(f"{comp} − {comp}_true")
+                ax.set_ylabel("density")
                 ax.set_title(f"{name} ({method}): {comp}, pull {centre[j] / sd:+.2f}σ",
                              fontsize=8, loc="left")  # fmt: skip
                 ax.legend(fontsize=6)
