@@ -297,3 +297,210 @@ def test_unknown_profile_is_rejected():
         draw_galaxy(
             profile="sersic", flux=1.0, half_light_radius=0.5, psf_sigma=0.4, nx=8, ny=8, scale=0.3
         )
+
+
+# --------------------------------------------------------------------------- PSF shapes
+# Moffat and elliptical PSFs against galsim.Moffat(beta, fwhm, trunc).shear(g1=e1, g2=e2)
+# (or Gaussian(sigma).shear) convolved with the galaxy, converged GSParams.
+
+MOFFAT_BETAS = (2.5, 3.5, 4.765)
+MOFFAT_GROUPS = {  # (stamp, scale, fwhm, hlr range): PSF FWHM from ~2 to ~5 pixels
+    "40x40@0.2_fwhm0.9": ((40, 40, 0.2), 0.9, (0.2, 0.8)),
+    "33x32@0.263_fwhm0.6": ((33, 32, 0.263), 0.6, (0.2, 0.6)),
+}
+
+
+@functools.cache
+def galsim_moffat(beta, fwhm, trunc):
+    """One GalSim Moffat per PSF: it builds its (truncated) Hankel table once (~15 s)."""
+    return galsim.Moffat(beta=beta, fwhm=fwhm, trunc=trunc, gsparams=ACCURATE_GSPARAMS)
+
+
+def galsim_psf_image(case, *, nx, ny, scale, profile, psf):
+    cls = {"exponential": galsim.Exponential, "gaussian": galsim.Gaussian}[profile]
+    gs = ACCURATE_GSPARAMS
+    gal = cls(half_light_radius=case["half_light_radius"], flux=case["flux"], gsparams=gs)
+    gal = gal.shear(g1=case["e1"], g2=case["e2"]).shear(g1=case["g1"], g2=case["g2"])
+    if psf.get("psf_profile") == "moffat":
+        p = galsim_moffat(psf["psf_beta"], psf["psf_fwhm"], psf["psf_trunc"])
+    else:
+        p = galsim.Gaussian(sigma=case["psf_sigma"], gsparams=gs)
+    p = p.shear(g1=case["psf_e1"], g2=case["psf_e2"])
+    offset = tuple(float(v) for v in case["offset"])
+    return (
+        galsim.Convolve(gal, p, gsparams=gs)
+        .drawImage(nx=nx, ny=ny, scale=scale, offset=offset)
+        .array
+    )
+
+
+def with_psf_shapes(cases, seed, emax=0.15):
+    """Cases with PSF ellipticities: the first round, the others |e_psf| <= emax."""
+    rng = np.random.default_rng(seed)
+    for i, case in enumerate(cases):
+        mod, ang = (0.0, 0.0) if i == 0 else (rng.uniform(0.0, emax), rng.uniform(0.0, 2 * np.pi))
+        case["psf_e1"], case["psf_e2"] = mod * np.cos(ang), mod * np.sin(ang)
+    return cases
+
+
+def psf_comparison(profile, nx, ny, scale, psf, cases):
+    """max |ours - converged GalSim| / peak per case; static PSF settings in ``psf``."""
+    names = [k for k in (*PARAMS, "psf_e1", "psf_e2") if k in cases[0]]
+    stacked = {k: jnp.asarray(np.array([c[k] for c in cases], dtype=np.float64)) for k in names}
+    draw = functools.partial(draw_galaxy, profile=profile, nx=nx, ny=ny, scale=scale, **psf)
+    ours = np.asarray(jax.jit(jax.vmap(lambda p: draw(**p)))(stacked))
+    err = []
+    for case, image in zip(cases, ours, strict=True):
+        ref = galsim_psf_image(case, nx=nx, ny=ny, scale=scale, profile=profile, psf=psf)
+        err.append(np.abs(image - ref).max() / ref.max())
+    return np.array(err)
+
+
+@pytest.mark.parametrize("trunc", [0.0, 3.0], ids=["untruncated", "trunc3"])
+@pytest.mark.parametrize("beta", MOFFAT_BETAS)
+def test_moffat_psf_matches_galsim(beta, trunc):
+    """Each beta on one stamp group (alternating), exponential and Gaussian galaxies."""
+    group = sorted(MOFFAT_GROUPS)[MOFFAT_BETAS.index(beta) % len(MOFFAT_GROUPS)]
+    (nx, ny, scale), fwhm, hlr = MOFFAT_GROUPS[group]
+    cases = make_cases(int(10 * beta), 4, hlr=hlr, psf=(0.0,), gmax=0.4)
+    cases = with_psf_shapes([{k: v for k, v in c.items() if k != "psf_sigma"} for c in cases], 5)
+    psf = {"psf_profile": "moffat", "psf_fwhm": fwhm, "psf_beta": beta, "psf_trunc": trunc}
+    for profile in ("exponential", "gaussian"):
+        assert psf_comparison(profile, nx, ny, scale, psf, cases).max() <= TOL
+
+
+@pytest.mark.parametrize("profile", ["exponential", "gaussian"])
+def test_elliptical_gaussian_psf_matches_galsim(profile):
+    cases = with_psf_shapes(make_cases(11, 6, hlr=(0.2, 0.8), psf=(0.3, 0.4, 0.5)), 6, emax=0.3)
+    err = psf_comparison(profile, 40, 40, 0.2, {}, cases)
+    assert err.max() <= TOL
+
+
+def test_psf_ellipticity_moves_the_image():
+    """A 5% PSF ellipticity changes the stamp by far more than the rendering accuracy."""
+    kw = {"flux": 1.0, "half_light_radius": 0.4, "psf_profile": "moffat", "psf_fwhm": 0.8,
+          "psf_beta": 3.5, "nx": 24, "ny": 24, "scale": 0.2}  # fmt: skip
+    round_ = np.asarray(draw_galaxy(**kw))
+    sheared = np.asarray(draw_galaxy(**kw, psf_e1=0.05))
+    assert np.abs(sheared - round_).max() > 1e-3 * round_.max()
+
+
+def test_round_psf_fast_path_equals_the_elliptical_path():
+    """psf_e given as Python zeros (separable Gaussian) or as arrays (2-D factor) and
+    psf_sigma vs psf_fwhm: the same image."""
+    kw = {"flux": 1.3, "half_light_radius": 0.5, "e1": 0.2, "e2": -0.1, "g1": 0.02,
+          "offset": (0.2, -0.3), "nx": 20, "ny": 21, "scale": 0.25}  # fmt: skip
+    fast = np.asarray(draw_galaxy(**kw, psf_sigma=0.4))
+    fwhm = 0.4 * 2.0 * np.sqrt(2.0 * np.log(2.0))
+    general = draw_galaxy(**kw, psf_fwhm=fwhm, psf_e1=jnp.asarray(0.0), psf_e2=jnp.asarray(0.0))
+    np.testing.assert_allclose(np.asarray(general), fast, rtol=0, atol=1e-13)
+
+
+def test_numerical_hankel_table_matches_the_closed_form():
+    """The truncated table (numerical Hankel transform) with a far truncation equals the
+    untruncated closed form (Bessel K) to the truncation's own effect, ~T^(2 - 2 beta)."""
+    from scipy.special import gamma, kv
+
+    from shearbatch.core.psf import moffat_table
+
+    beta, nu = 4.765, 3.765
+    numeric = moffat_table(beta, 30.0, 20.0)  # T = 30: truncation effect ~ 30^-7.5 ~ 1e-11
+    q = numeric.h * np.arange(1, numeric.values.size)
+    norm = 2.0 ** (nu - 1) * gamma(nu)
+    np.testing.assert_allclose(numeric.values[1:], q**nu * kv(nu, q) / norm, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        numeric.slopes[1:], -(q**nu) * kv(nu - 1, q) / norm, rtol=0, atol=1e-9
+    )
+    closed = moffat_table(beta)
+    qc = closed.h * np.arange(1, closed.values.size)
+    np.testing.assert_allclose(closed.values[1:], qc**nu * kv(nu, qc) / norm, rtol=1e-12)
+    assert numeric.values[0] == pytest.approx(1.0, abs=1e-14) and closed.values[0] == 1.0
+
+
+@pytest.mark.parametrize("trunc", [0.0, 3.0])
+def test_moffat_flux_is_conserved_in_a_large_stamp(trunc):
+    image = draw_galaxy(
+        flux=2.5, half_light_radius=0.5, e1=0.3, g1=0.1, offset=(0.3, -0.2),
+        psf_profile="moffat", psf_fwhm=0.8, psf_beta=4.765, psf_trunc=trunc, psf_e2=0.1,
+        nx=96, ny=96, scale=0.25,
+    )  # fmt: skip
+    assert float(jnp.sum(image)) == pytest.approx(2.5, rel=1e-6)
+
+
+def _moffat_loss(params, weights, trunc):
+    image = draw_galaxy(
+        flux=params[0], half_light_radius=params[1], e1=params[2], e2=params[3],
+        g1=params[4], g2=params[5], offset=params[6:8], psf_e1=params[8], psf_e2=params[9],
+        psf_profile="moffat", psf_fwhm=0.7, psf_beta=3.0, psf_trunc=trunc,
+        nx=24, ny=24, scale=0.3,
+    )  # fmt: skip
+    return jnp.sum(image * weights)
+
+
+@pytest.mark.parametrize("trunc", [0.0, 2.5])
+def test_moffat_gradient_matches_central_finite_differences(trunc):
+    params = jnp.array([1.3, 0.6, 0.2, -0.1, 0.05, 0.12, 0.3, -0.2, 0.04, -0.03])
+    weights = jax.random.normal(jax.random.PRNGKey(2), (24, 24))
+    loss = jax.jit(functools.partial(_moffat_loss, trunc=trunc))
+    grad = jax.jit(jax.grad(loss))(params, weights)
+    step = 1e-6
+    numeric = []
+    for i in range(params.size):
+        delta = jnp.zeros_like(params).at[i].set(step)
+        numeric.append((loss(params + delta, weights) - loss(params - delta, weights)) / (2 * step))
+    np.testing.assert_allclose(np.asarray(grad), np.array(numeric), rtol=1e-6, atol=1e-8)
+
+
+def test_moffat_gradient_is_finite_at_zero_psf_ellipticity():
+    """k = 0 is on the grid: sqrt(q^2) there must not poison the gradient."""
+    g = jax.grad(lambda e: jnp.sum(draw_galaxy(
+        flux=1.0, half_light_radius=0.4, psf_profile="moffat", psf_fwhm=0.7, psf_beta=3.0,
+        psf_e1=e, nx=12, ny=12, scale=0.3) ** 2))(jnp.asarray(0.0))  # fmt: skip
+    assert bool(jnp.isfinite(g))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize(
+    "override",
+    [{}, {"psf_e1": 1.5, "psf_e2": 0.7}, {"g1": 1.0, "e1": -1.0}, {"half_light_radius": 0.0}],
+    ids=["plain", "|psf e| > 1", "e and g at 1", "zero size"],
+)
+def test_moffat_extreme_inputs_give_finite_images_and_gradients(override, dtype):
+    base = {"flux": 1.0, "half_light_radius": 0.5, "e1": 0.1, "e2": 0.0, "g1": 0.0,
+            "g2": 0.05, "offset": (0.1, 0.2), "psf_e1": 0.02, "psf_e2": 0.0}  # fmt: skip
+    values = {k: jnp.asarray(v, dtype=dtype) for k, v in {**base, **override}.items()}
+    draw = functools.partial(draw_galaxy, psf_profile="moffat", psf_fwhm=0.7, psf_beta=2.5,
+                             psf_trunc=2.0, nx=16, ny=17, scale=0.3)  # fmt: skip
+    image = draw(**values)
+    assert image.dtype == dtype
+    assert bool(jnp.all(jnp.isfinite(image)))
+    grads = jax.grad(lambda v: jnp.sum(draw(**v) ** 2))(values)
+    for name, g in grads.items():
+        assert bool(jnp.all(jnp.isfinite(g))), name
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"psf_profile": "moffat", "psf_fwhm": 0.7}, "psf_beta"),
+        ({"psf_profile": "moffat", "psf_beta": 3.0}, "psf_fwhm"),
+        ({"psf_sigma": 0.3, "psf_fwhm": 0.7}, "exactly one"),
+        ({}, "exactly one"),
+        ({"psf_profile": "airy", "psf_fwhm": 0.7}, "psf_profile"),
+        ({"psf_profile": "moffat", "psf_fwhm": 0.7, "psf_beta": 1.2}, "beta > 1.5"),
+        ({"psf_profile": "moffat", "psf_fwhm": 0.7, "psf_beta": 3.0, "psf_trunc": 0.1}, "trunc"),
+    ],
+)
+def test_bad_psf_arguments_are_rejected(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        draw_galaxy(flux=1.0, half_light_radius=0.5, nx=8, ny=8, scale=0.3, **kwargs)
+
+
+def test_truncated_moffat_needs_a_concrete_fwhm():
+    def f(fwhm):
+        return draw_galaxy(flux=1.0, half_light_radius=0.5, psf_profile="moffat",
+                           psf_fwhm=fwhm, psf_beta=3.0, psf_trunc=2.0,
+                           nx=8, ny=8, scale=0.3, fft_size=16)  # fmt: skip
+
+    with pytest.raises(ValueError, match="concrete psf_fwhm"):
+        jax.jit(f)(0.7)

@@ -58,8 +58,13 @@ class ImageSpec(NamedTuple):
 
 
 class PsfSpec(NamedTuple):
-    profile: str  # "gaussian"
-    sigma: float  # arcsec
+    profile: str  # "gaussian" | "moffat"
+    sigma: float | None  # Gaussian sigma, arcsec (None for Moffat)
+    fwhm: float | None = None  # Moffat FWHM, arcsec
+    beta: float | None = None  # Moffat index
+    trunc: float = 0.0  # Moffat truncation radius, arcsec (0: none)
+    e1: float = 0.0  # PSF ellipticity (reduced shear)
+    e2: float = 0.0
 
 
 class GalaxyFields(NamedTuple):
@@ -78,6 +83,10 @@ class Problem(NamedTuple):
     fields: GalaxyFields
     shear: tuple[Prior, Prior]  # priors of (g1, g2)
     noise_sigma: float  # per pixel (from image.noise.sigma, or implied by image.noise.snr)
+    # Generator only: "sersic" (n,) / "bulgedisk" (bulge_fraction, bulge_hlr_ratio) args,
+    # and who draws the stamps ("jax" | "galsim"; the model is always "jax").
+    profile_args: tuple[float, ...] = ()
+    renderer: str = "jax"
 
 
 class RunSpec(NamedTuple):
@@ -134,6 +143,15 @@ def _fields(cfg: Config) -> GalaxyFields:
     return GalaxyFields(to_prior(g.flux), to_prior(g.half_light_radius), e1, e2, dx, dy)
 
 
+def _psf(cfg: Config) -> PsfSpec:
+    p = cfg.psf
+    if p.type == "Gaussian":
+        sigma = p.sigma if p.sigma is not None else p.fwhm / (2.0 * math.sqrt(2.0 * math.log(2.0)))
+        return PsfSpec("gaussian", float(sigma), e1=float(p.e1), e2=float(p.e2))
+    trunc = 0.0 if p.trunc is None else float(p.trunc)
+    return PsfSpec("moffat", None, float(p.fwhm), float(p.beta), trunc, float(p.e1), float(p.e2))
+
+
 def _shear(cfg: Config) -> tuple[Prior, Prior]:
     sh = cfg.gal.shear
     if sh.type == "UniformDisk":
@@ -146,7 +164,7 @@ def problem(cfg: Config) -> Problem:
     im = cfg.image
     out = Problem(
         image=ImageSpec(im.size_x, im.size_y, float(im.pixel_scale), im.fft_size, im.n_objects),
-        psf=PsfSpec(cfg.psf.type.lower(), float(cfg.psf.sigma)),
+        psf=_psf(cfg),
         profile=cfg.gal.type.lower(),
         fields=_fields(cfg),
         shear=_shear(cfg),
@@ -161,8 +179,26 @@ def problem(cfg: Config) -> Problem:
 
 
 def truth_problem(cfg: Config) -> Problem:
-    """The generator's view: ``simulation`` overrides merged over ``psf`` / ``gal``."""
-    return problem(cfg.truth())
+    """The generator's view: ``simulation`` overrides merged over ``psf`` / ``gal``,
+    its renderer and profile arguments. The pixel noise is the model's (an ``snr`` is
+    defined on the model's reference galaxy): both see the same noise level."""
+    if cfg.simulation is None:
+        return problem(cfg)
+    truth = cfg.truth()
+    gal = truth.gal
+    args: tuple[float, ...] = ()
+    if gal.type == "Sersic":
+        args = (float(gal.n),)
+    elif gal.type == "BulgeDisk":
+        args = (float(gal.bulge_fraction), float(gal.bulge_hlr_ratio))
+    return problem(cfg)._replace(
+        psf=_psf(truth),
+        profile=gal.type.lower(),
+        fields=_fields(truth),
+        shear=_shear(truth),
+        profile_args=args,
+        renderer=cfg.simulation.renderer,
+    )
 
 
 def run_spec(cfg: Config) -> RunSpec:

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from .priors import to_distribution
+from .psf import psf_kwargs
 from .render import draw_galaxy
 
 __all__ = ["FIELDS", "SimBatch", "render_stamps", "simulate", "stamp_snr"]
@@ -61,7 +62,7 @@ def render_stamps(problem, params: dict[str, jax.Array], g: jax.Array) -> jax.Ar
     draw = functools.partial(
         draw_galaxy,
         profile=problem.profile,
-        psf_sigma=problem.psf.sigma,
+        **psf_kwargs(problem.psf),
         nx=im.nx,
         ny=im.ny,
         scale=im.scale,
@@ -134,7 +135,12 @@ def _simulator(problem):
 
 def simulate(problem, seeds: Sequence[int], g: Sequence[tuple[float, float]]) -> SimBatch:
     """Truth and noisy stamps for realizations with ``seeds`` and true shears ``g``:
-    images have shape (B, M, H, W)."""
+    images have shape (B, M, H, W). ``problem.renderer == "galsim"``: the same truths
+    and noise, stamps drawn by GalSim (:mod:`shearbatch.core.galsim_generator`)."""
+    if problem.renderer == "galsim":
+        from .galsim_generator import simulate_galsim
+
+        return simulate_galsim(problem, seeds, g)
     seeds_a = jnp.asarray(seeds, dtype=jnp.uint32)
     g_a = jnp.asarray(g, dtype=jnp.result_type(float))
     images, params, snr = _simulator(problem)(seeds_a, g_a)

@@ -1,9 +1,10 @@
 r"""Fourier-space rendering of sheared, PSF-convolved, pixelated galaxy stamps.
 
 A stamp is the galaxy profile :math:`I(\mathbf{x})`, sheared by the intrinsic
-ellipticity ``e`` and then by the lensing shear ``g``, convolved with a
-circular Gaussian PSF and the square pixel, and sampled at pixel centres -- the
-same image as GalSim's
+ellipticity ``e`` and then by the lensing shear ``g``, convolved with the PSF
+(Gaussian or Moffat, optionally sheared by a PSF ellipticity; see
+:mod:`shearbatch.core.psf`) and the square pixel, and sampled at pixel centres --
+for a round Gaussian PSF the same image as GalSim's
 
 .. code-block:: python
 
@@ -13,7 +14,8 @@ same image as GalSim's
         galsim.Gaussian(sigma=psf_sigma),
     ).drawImage(nx=nx, ny=ny, scale=scale, offset=offset).array
 
-It is drawn in Fourier space. With the shear matrix of a reduced shear
+(with a PSF ``galsim.Moffat(beta=b, fwhm=f, trunc=t).shear(g1=psf_e1, g2=psf_e2)``
+in its place for a Moffat). It is drawn in Fourier space. With the shear matrix of a reduced shear
 :math:`g`,
 
 .. math:: S(g) = \frac{1}{\sqrt{1 - |g|^2}}
@@ -24,12 +26,14 @@ the sheared profile :math:`I(A^{-1}\mathbf{x})` has transform
 :math:`\tilde I(A^T\mathbf{k})`, so the continuous spectrum of the stamp is
 
 .. math:: \tilde P(\mathbf{k}) = \tilde I(A^T\mathbf{k})\,
-          e^{-\sigma_\mathrm{psf}^2 k^2/2}\,
+          \tilde p(S(e_\mathrm{psf})\,\mathbf{k})\,
           \mathrm{sinc}\tfrac{k_x s}{2\pi}\,\mathrm{sinc}\tfrac{k_y s}{2\pi}\,
           e^{-i\mathbf{k}\cdot\mathbf{x}_0}
 
-with :math:`\mathrm{sinc}\,u = \sin(\pi u)/(\pi u)`, pixel scale :math:`s` and
-profile centre :math:`\mathbf{x}_0`. Sampling at pixel centres folds the
+with :math:`\tilde p` the unit-flux PSF transform
+(:math:`e^{-\sigma_\mathrm{psf}^2 k^2/2}` for a Gaussian, a tabulated Hankel
+transform for a Moffat), :math:`\mathrm{sinc}\,u = \sin(\pi u)/(\pi u)`, pixel
+scale :math:`s` and profile centre :math:`\mathbf{x}_0`. Sampling at pixel centres folds the
 spectrum at the pixel Nyquist frequency :math:`\pi/s`, and a real-space period
 of :math:`N s` samples it at :math:`\Delta k = 2\pi/(N s)`:
 
@@ -46,12 +50,17 @@ The period :math:`N` (default: the smallest :math:`2^a` or :math:`3\cdot2^a`
 at least twice the larger stamp side, 96 for 48x48) puts the nearest periodic
 copy of the profile at least 1.5 stamp sizes from every stamp pixel, so the
 wrap-around of a profile that has fallen to :math:`\epsilon` of its peak at
-the stamp edge is about :math:`\epsilon^3`. The inverse DFT is a complex FFT
+the stamp edge is about :math:`\epsilon^3`. A Moffat's power-law wings
+(:math:`r^{-2\beta}`) reach further: the default period is also at least the
+stamp plus the radius where the PSF falls below :math:`10^{-7}` of its centre
+(its truncation radius if smaller), e.g. 128 instead of 96 for a 48x48 stamp
+at 0.263"/px with beta 2.5 and FWHM 0.82". The inverse DFT is a complex FFT
 along :math:`k_y`, keeping the ``ny`` stamp rows, then a small real matrix
 product along :math:`k_x` for the ``nx`` stamp columns (what ``irfft2`` and a
 crop give, at about half the cost). Against GalSim with converged settings the
 result agrees to better than :math:`4\times10^{-7}` of the peak (typically
-:math:`5\times10^{-8}`) in float64.
+:math:`5\times10^{-8}`) in float64, for Gaussian and Moffat (beta 2.5-4.765,
+with and without truncation), round and sheared PSFs.
 
 Profile transforms (GalSim's conventions, :math:`k = |\mathbf{k}|`):
 
@@ -77,6 +86,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .psf import (
+    E_PSF_TABLE,
+    FWHM_TO_SIGMA,
+    MoffatTable,
+    moffat_ft,
+    moffat_scale_radius,
+    moffat_table,
+)
+
 __all__ = ["HLR_TO_R0_EXP", "draw_galaxy"]
 
 #: Half-light radius over scale radius of the exponential profile, hlr = 1.678... r0.
@@ -93,9 +111,22 @@ def _good_fft_size(n: int) -> int:
     return 3 * p // 4 if 3 * p // 4 >= n else p
 
 
-def _default_fft_size(nx: int, ny: int) -> int:
-    """Default real-space period in pixels: a good FFT size >= twice the stamp."""
-    return _good_fft_size(2 * max(nx, ny, 8))
+def _default_fft_size(nx: int, ny: int, psf_extent: float = 0.0) -> int:
+    """Default real-space period in pixels: a good FFT size >= twice the stamp, and
+    >= the stamp plus ``psf_extent`` (pixels), the radius beyond which the PSF's wings
+    are below 1e-7 of its centre (periodic copies of them would wrap into the stamp)."""
+    return _good_fft_size(max(2 * max(nx, ny, 8), max(nx, ny) + math.ceil(psf_extent)))
+
+
+def _moffat_extent(r_d, beta, trunc) -> float:
+    r"""Radius (arcsec) where the Moffat profile falls below 1e-7 of its centre,
+    :math:`r_d\sqrt{10^{7/eta} - 1}`, or its truncation radius if smaller."""
+    try:
+        r_d = float(r_d)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        raise ValueError("a Moffat PSF with a traced psf_fwhm needs an explicit fft_size") from None
+    extent = r_d * math.sqrt(10.0 ** (7.0 / float(beta)) - 1.0)
+    return min(extent, float(trunc)) if float(trunc) > 0 else extent
 
 
 @functools.lru_cache(maxsize=64)
@@ -136,6 +167,39 @@ def _x_synthesis(fft_size: int, nx: int) -> np.ndarray:
     return np.concatenate([weight * np.cos(ux * x), -weight * np.sin(ux * x)]) / fft_size
 
 
+def _is_zero(x) -> bool:
+    """True for a concrete (Python or NumPy) zero; False for anything traced."""
+    return isinstance(x, int | float | np.number) and float(x) == 0.0
+
+
+def _psf_size(psf_profile, psf_sigma, psf_fwhm, psf_beta):
+    """Gaussian sigma or Moffat scale radius (arcsec) from the PSF arguments."""
+    if psf_profile == "gaussian":
+        if (psf_sigma is None) == (psf_fwhm is None):
+            raise ValueError("a Gaussian PSF needs exactly one of psf_sigma and psf_fwhm")
+        return psf_sigma if psf_fwhm is None else psf_fwhm * FWHM_TO_SIGMA
+    if psf_profile == "moffat":
+        if psf_fwhm is None or psf_beta is None or psf_sigma is not None:
+            raise ValueError("a Moffat PSF needs psf_fwhm and psf_beta (and no psf_sigma)")
+        return moffat_scale_radius(psf_fwhm, float(psf_beta))
+    raise ValueError(f"psf_profile must be 'gaussian' or 'moffat', got {psf_profile!r}")
+
+
+def _moffat_table(beta, trunc, r_d, scale: float) -> MoffatTable:
+    """The cached transform table of this Moffat; a truncated one needs a concrete r_d."""
+    if not float(trunc) > 0:
+        return moffat_table(float(beta))
+    try:
+        r_d = float(r_d)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        raise ValueError("a truncated Moffat needs a concrete psf_fwhm, not a traced one") from None
+    # |S(e) u| <= |u| sqrt((1 + |e|) / (1 - |e|)); |u| <= 2 pi sqrt(2) on the aliased grid.
+    stretch = math.sqrt((1.0 + E_PSF_TABLE) / (1.0 - E_PSF_TABLE))
+    q_max = 1.01 * 2.0 * math.pi * math.sqrt(2.0) * stretch * r_d / scale
+    # Round q_max up so that nearby sizes share one table.
+    return moffat_table(float(beta), float(trunc) / r_d, float(np.ceil(q_max / 8.0) * 8.0))
+
+
 def _clamp_shear(g1: jax.Array, g2: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Pull ``|g| >= 1 - 1e-6`` back onto that circle; gradient-safe (double ``where``)."""
     big = g1 * g1 + g2 * g2 > _G_MAX * _G_MAX
@@ -171,13 +235,19 @@ def draw_galaxy(
     g1=0.0,
     g2=0.0,
     offset: Sequence | jax.Array = (0.0, 0.0),
-    psf_sigma,
+    psf_sigma=None,
+    psf_profile: str = "gaussian",
+    psf_fwhm=None,
+    psf_beta: float | None = None,
+    psf_trunc: float = 0.0,
+    psf_e1=0.0,
+    psf_e2=0.0,
     nx: int,
     ny: int,
     scale: float,
     fft_size: int | None = None,
 ) -> jax.Array:
-    r"""Draw a sheared galaxy convolved with a Gaussian PSF and the pixel.
+    r"""Draw a sheared galaxy convolved with a (sheared) Gaussian or Moffat PSF and the pixel.
 
     Parameters
     ----------
@@ -196,8 +266,25 @@ def draw_galaxy(
         ``(dx, dy)`` in pixels from the true centre of the stamp (GalSim's
         ``drawImage`` offset): the profile centre is at column
         :math:`(n_x - 1)/2 + dx`, row :math:`(n_y - 1)/2 + dy` (0-based).
-    psf_sigma : scalar
-        Gaussian PSF sigma (arcsec), clamped to at least ``1e-6``.
+    psf_sigma : scalar, optional
+        Gaussian PSF sigma (arcsec), clamped to at least ``1e-6``; for a Gaussian
+        PSF give it or ``psf_fwhm`` (``sigma = fwhm / 2.3548...``).
+    psf_profile : {"gaussian", "moffat"}, static
+        PSF radial profile: ``galsim.Gaussian(sigma=psf_sigma)`` or
+        ``galsim.Moffat(beta=psf_beta, fwhm=psf_fwhm, trunc=psf_trunc)``.
+    psf_fwhm : scalar, optional
+        PSF FWHM (arcsec); required for Moffat, where it must be a concrete
+        number (not traced) when ``psf_trunc > 0``.
+    psf_beta : float, static
+        Moffat index (> 1.5 untruncated, > 0 truncated).
+    psf_trunc : float, static
+        Moffat truncation radius (arcsec, > sqrt(2) scale radii); 0: none.
+    psf_e1, psf_e2 : scalar
+        PSF ellipticity as a reduced shear (GalSim's ``psf.shear(g1=psf_e1,
+        g2=psf_e2)``), clamped like ``e``. Python zeros (the default) keep the
+        round-PSF fast path; any other value, traced or not, takes the
+        elliptical path. A truncated Moffat's transform is tabulated for
+        ``|psf_e| <= 0.6`` (beyond, wave vectors past the table are dropped).
     nx, ny : int, static
         Stamp width (columns) and height (rows).
     scale : float, static
@@ -225,14 +312,23 @@ def draw_galaxy(
     """
     if profile not in _PROFILES:
         raise ValueError(f"profile must be one of {_PROFILES}, got {profile!r}")
+    psf_size = _psf_size(psf_profile, psf_sigma, psf_fwhm, psf_beta)
     nx, ny = int(nx), int(ny)
-    n = _default_fft_size(nx, ny) if fft_size is None else int(fft_size)
+    scale = float(scale)
+    if fft_size is not None:
+        n = int(fft_size)
+    elif psf_profile == "moffat":
+        n = _default_fft_size(nx, ny, _moffat_extent(psf_size, psf_beta, psf_trunc) / scale)
+    else:
+        n = _default_fft_size(nx, ny)
     if n < max(nx, ny):
         raise ValueError(f"fft_size={n} is smaller than the stamp ({ny}, {nx})")
-    scale = float(scale)
+    round_psf = _is_zero(psf_e1) and _is_zero(psf_e2)
 
     dx, dy = offset[0], offset[1]
-    dtype = jnp.result_type(flux, half_light_radius, e1, e2, g1, g2, dx, dy, psf_sigma, float)
+    dtype = jnp.result_type(flux, half_light_radius, e1, e2, g1, g2, dx, dy, psf_size, float)
+    if not round_psf:
+        dtype = jnp.result_type(dtype, psf_e1, psf_e2)
     if not jnp.issubdtype(dtype, jnp.floating):
         dtype = jnp.result_type(float)
 
@@ -241,7 +337,11 @@ def draw_galaxy(
 
     flux = as_float(flux)
     size = jnp.maximum(as_float(half_light_radius), _MIN_SIZE)
-    psf_sigma = jnp.maximum(as_float(psf_sigma), _MIN_SIZE)
+    # Gaussian sigma or Moffat scale radius r_d (arcsec).
+    psf_r = jnp.maximum(as_float(psf_size), _MIN_SIZE)
+    table = None
+    if psf_profile == "moffat":
+        table = _moffat_table(psf_beta, psf_trunc, psf_size, scale)
     # Profile centre in 0-based pixel coordinates of the stamp (= of the FFT grid).
     cx = 0.5 * (nx - 1) + as_float(dx)
     cy = 0.5 * (ny - 1) + as_float(dy)
@@ -257,9 +357,17 @@ def draw_galaxy(
     # per-stamp value broadcast over the 2-D grid would be recomputed at every grid
     # point; a value ending in a division (expensive to XLA) is computed once.
     a, b, c, d = size * t11 / den, size * t12 / den, size * t21 / den, size * t22 / den
-    # PSF exp(-psf_sigma^2 k^2 / 2) = exp(-psf u^2), separable; floored at e^-40 so the
-    # quotient below and its gradient stay finite.
-    psf = 0.5 * (psf_sigma / scale) ** 2
+    # Round Gaussian PSF: exp(-psf_sigma^2 k^2 / 2) = exp(-psf u^2), separable; floored
+    # at e^-40 so the quotient below and its gradient stay finite. Any other PSF is a
+    # 2-D factor of the sheared wave vector S(e_psf) u (psf_ft below).
+    separable = round_psf and psf_profile == "gaussian"
+    psf = 0.5 * (psf_r / scale) ** 2 if separable else 0.0
+    if not separable:
+        pa, pb, pc, p_den = _shear_matrix(as_float(psf_e1), as_float(psf_e2))
+        p_den = jnp.sqrt(p_den) * scale
+        if psf_profile == "gaussian":  # exp(-|S k|^2 sigma^2 / 2): fold the 1/2 in
+            p_den = p_den * math.sqrt(2.0)
+        pa, pb, pc = psf_r * pa / p_den, psf_r * pb / p_den, psf_r * pc / p_den
 
     def axis_factor(u, pix, centre, amp):
         """Separable factor amp pix(u) exp(-psf u^2) exp(-i u centre), as (re, im)."""
@@ -280,13 +388,21 @@ def draw_galaxy(
             return jax.lax.rsqrt(q) / q
         return jnp.exp(-q)
 
+    def psf_ft(uy, ux):
+        """Non-separable PSF transform at S(e_psf) k (r |S k|)^2 = (pa ux + pb uy)^2 + ..."""
+        q = jnp.square(pa * ux + pb * uy) + jnp.square(pb * ux + pc * uy)
+        return jnp.exp(-q) if table is None else moffat_ft(q, table)
+
     # Fold the four aliases: G = sum_ab F_ab Px_b Py_a.
     px = jax.lax.complex(xr, xi)
     py = jax.lax.complex(yr, yi)
     spectrum = 0.0
     for i in range(2):
         for j in range(2):
-            spectrum = spectrum + profile_ft(uy[i], ux[j]) * (px[j] * py[i])
+            ft = profile_ft(uy[i], ux[j])
+            if not separable:
+                ft = ft * psf_ft(uy[i], ux[j])
+            spectrum = spectrum + ft * (px[j] * py[i])
     # Inverse DFT: complex FFT along ky, keep the ny rows of the stamp, then the real
     # inverse transform along kx for the nx columns only, as a small matrix product.
     half = jnp.fft.ifft(spectrum, axis=-1)[:, :ny]  # (N//2+1, ny)

@@ -136,10 +136,47 @@ class Image(_Strict):
 
 
 class PSF(_Strict):
-    type: Literal["Gaussian"] = "Gaussian"
-    """PSF profile."""
-    sigma: Positive
-    """[arcsec] Gaussian PSF standard deviation (FWHM = 2.355 sigma). Example: 0.382"""
+    """The PSF: ``Gaussian`` (``sigma`` or ``fwhm``) or ``Moffat`` (``fwhm``, ``beta``,
+    optional ``trunc``: GalSim's ``Moffat(beta, fwhm, trunc)``), sheared by the PSF
+    ellipticity ``(e1, e2)`` (reduced-shear convention, GalSim's ``psf.shear(g1=e1,
+    g2=e2)``); sizes in arcsec."""
+
+    type: Literal["Gaussian", "Moffat"] = "Gaussian"
+    """PSF profile: Gaussian (sigma or fwhm) or Moffat (fwhm, beta, optional trunc)."""
+    sigma: Positive | None = None
+    """[arcsec] Gaussian PSF standard deviation (FWHM = 2.355 sigma; give sigma or fwhm). Example: 0.382"""
+    fwhm: Positive | None = None
+    """[arcsec] PSF full width at half maximum (Moffat: required; Gaussian: instead of sigma). Example: 0.9"""
+    beta: Positive | None = None
+    """[dimensionless] Moffat index, profile (1 + r^2/r_d^2)^-beta (> 1.5 untruncated). Example: 3.5"""
+    trunc: Positive | None = None
+    """[arcsec] Moffat truncation radius, > sqrt(2) scale radii (null: untruncated). Example: 3.0"""
+    e1: float = 0.0
+    """[dimensionless] PSF ellipticity e1 (reduced shear applied to the PSF; the source of additive bias c). Example: 0.05"""
+    e2: float = 0.0
+    """[dimensionless] PSF ellipticity e2."""
+
+    @model_validator(mode="after")
+    def _shape(self) -> PSF:
+        if self.type == "Gaussian":
+            if (self.sigma is None) == (self.fwhm is None):
+                raise ValueError("a Gaussian PSF needs exactly one of sigma and fwhm")
+            for k in ("beta", "trunc"):
+                if getattr(self, k) is not None:
+                    raise ValueError(f"{k}: only for type Moffat")
+        else:
+            if self.sigma is not None:
+                raise ValueError("sigma: a Moffat PSF is sized by fwhm")
+            if self.fwhm is None or self.beta is None:
+                raise ValueError("a Moffat PSF needs fwhm and beta")
+            if self.trunc is None and not self.beta > 1.5:
+                raise ValueError("beta: must be > 1.5 for an untruncated Moffat (or give trunc)")
+            r_d = self.fwhm / (2.0 * (2.0 ** (1.0 / self.beta) - 1.0) ** 0.5)
+            if self.trunc is not None and not self.trunc > 2.0**0.5 * r_d:
+                raise ValueError(f"trunc: must be > sqrt(2) scale radii ({2.0**0.5 * r_d:.4g})")
+        if not self.e1 * self.e1 + self.e2 * self.e2 < 1.0:
+            raise ValueError("|e| must be < 1")
+        return self
 
 
 class Ellipticity(_Strict):
@@ -225,9 +262,26 @@ class Position(_Strict):
         return self
 
 
+#: Galaxy profiles the inference model (the JAX renderer) draws; the others exist
+#: only for the GalSim generator (``simulation.renderer: galsim``).
+MODEL_PROFILES = ("Exponential", "Gaussian")
+
+
 class Galaxy(_Strict):
-    type: Literal["Exponential", "Gaussian"] = "Exponential"
-    """Galaxy light profile."""
+    """A galaxy population. ``Sersic`` (index ``n``) and ``BulgeDisk`` (an exponential
+    disk of ``half_light_radius`` plus a de Vaucouleurs bulge with ``bulge_fraction`` of
+    the flux and half-light radius ``bulge_hlr_ratio * half_light_radius``) are drawn by
+    the GalSim generator only: allowed in ``simulation.gal`` with
+    ``simulation.renderer: galsim``."""
+
+    type: Literal["Exponential", "Gaussian", "Sersic", "BulgeDisk"] = "Exponential"
+    """Galaxy light profile (the model: Exponential or Gaussian; Sersic and BulgeDisk only in simulation.gal with simulation.renderer: galsim)."""
+    n: float | None = None
+    """[dimensionless] Sersic index in [0.3, 6.2] (type Sersic only). Example: 2.0"""
+    bulge_fraction: float | None = None
+    """[dimensionless] Bulge share of the flux in [0, 1] (type BulgeDisk only). Example: 0.3"""
+    bulge_hlr_ratio: Positive | None = None
+    """[dimensionless] Bulge half-light radius over half_light_radius, the disk's (type BulgeDisk only). Example: 0.5"""
     flux: ParamT
     """[image units: the sum of the noiseless stamp's pixels] Total flux: a number or a prior with positive support. Example: 1.0"""
     half_light_radius: ParamT
@@ -243,6 +297,20 @@ class Galaxy(_Strict):
     @classmethod
     def _param(cls, v: Any) -> Any:
         return _as_param(v)
+
+    @model_validator(mode="after")
+    def _profile_args(self) -> Galaxy:
+        need = {"Sersic": ("n",), "BulgeDisk": ("bulge_fraction", "bulge_hlr_ratio")}
+        for k in ("n", "bulge_fraction", "bulge_hlr_ratio"):
+            given = getattr(self, k) is not None
+            if given != (k in need.get(self.type, ())):
+                raise ValueError(f"{k}: {'only' if given else 'required'} with type "
+                                 f"{'Sersic' if k == 'n' else 'BulgeDisk'}")  # fmt: skip
+        if self.n is not None and not 0.3 <= self.n <= 6.2:
+            raise ValueError("n: must be in [0.3, 6.2] (GalSim's Sersic range)")
+        if self.bulge_fraction is not None and not 0.0 <= self.bulge_fraction <= 1.0:
+            raise ValueError("bulge_fraction: must be in [0, 1]")
+        return self
 
     @field_validator("flux", "half_light_radius")
     @classmethod
@@ -339,12 +407,35 @@ class CampaignConfig(_Strict):
 
 
 class Simulation(_Strict):
-    """Generator-only overrides of ``psf`` and ``gal`` (stored raw, merged in :class:`Config`)."""
+    """How the data are generated, where it differs from the model.
 
+    ``psf`` / ``gal``: generator-only overrides of the main sections (stored raw,
+    merged in :class:`Config`; a mapping with ``type`` replaces the section, e.g.
+    ``gal: {type: Sersic, n: 2}`` keeps the priors of ``gal`` and changes the
+    profile). ``renderer``: ``jax`` (default, the model's own renderer) or
+    ``galsim`` (the optional extra ``pip install shearbatch[galsim]``): the same
+    truths and noise, stamps drawn by GalSim, which also draws the profiles the
+    model lacks (``Sersic``, ``BulgeDisk``).
+    """
+
+    renderer: Literal["jax", "galsim"] = "jax"
+    """Who draws the data: jax (the model's renderer) or galsim (pip install shearbatch[galsim]; same truths and noise, also Sersic and BulgeDisk)."""
     psf: dict[str, Any] | None = None
     """psf keys that differ for the generator only (misspecification). Example: {sigma: 0.382}"""
     gal: dict[str, Any] | None = None
-    """gal keys that differ for the generator only."""
+    """gal keys that differ for the generator only. Example: {type: Sersic, n: 2.0}"""
+
+    @field_validator("renderer")
+    @classmethod
+    def _installed(cls, v: str) -> str:
+        if v == "galsim":
+            try:
+                import galsim  # noqa: F401
+            except ImportError:
+                raise ValueError(
+                    "galsim is not installed (pip install 'shearbatch[galsim]')"
+                ) from None
+        return v
 
 
 class Config(_Strict):
@@ -381,8 +472,17 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _check_simulation(self) -> Config:
+        if self.gal.type not in MODEL_PROFILES:
+            raise ConfigError(
+                f"gal.type: the model draws {' or '.join(MODEL_PROFILES)}; put {self.gal.type} "
+                "in simulation.gal with simulation.renderer: galsim"
+            )
         if self.simulation is not None:
-            self._merged_truth()  # raises ConfigError naming simulation.<key>
+            _, gal = self._merged_truth()  # raises ConfigError naming simulation.<key>
+            if gal.type not in MODEL_PROFILES and self.simulation.renderer != "galsim":
+                raise ConfigError(
+                    f"simulation.gal.type: {gal.type} needs simulation.renderer: galsim"
+                )
         return self
 
 
