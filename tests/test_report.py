@@ -68,6 +68,9 @@ def test_report_is_one_self_contained_file(reported):
                    "coverage g1 68%", "Simulation-based calibration", "Failures and exclusions",
                    "config hash (runs)", "python ", "jax "):  # fmt: skip
         assert needle in text, needle
+    # the commands: this bias-stats line and the campaign's bias-run line (commands.txt)
+    assert "bias-stats --input" in text and "--report" in text
+    assert "bias-run --config" in text and "--shear-grid-g2 -0.05 0.05" in text
     # the campaign's config hash (from its posterior files) is in the provenance
     import xarray as xr
 

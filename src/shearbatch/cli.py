@@ -99,6 +99,32 @@ def _setup_logging(verbose: bool = False) -> None:
     root.setLevel(level)
 
 
+def _given_args() -> list[str]:
+    """This command's line as the user gave it (the options set on the command line, read
+    from click's context, so it is also right when the command runs in-process)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    args = [ctx.info_name or ctx.command.name or ""]
+    for p in ctx.command.params:
+        if not isinstance(p, click.Option) or p.name is None:
+            continue
+        if ctx.get_parameter_source(p.name) is not ParameterSource.COMMANDLINE:
+            continue
+        val = ctx.params.get(p.name)
+        if p.is_flag:
+            args.append(p.opts[0] if val or not p.secondary_opts else p.secondary_opts[0])
+        elif p.multiple:
+            args += [p.opts[0], *map(str, val)] if val else []
+        elif val is not None:
+            args += [p.opts[0], str(val)]
+    return args
+
+
+#: bias-run appends its command line here, under the output root (provenance of a report)
+COMMANDS_FILE = "commands.txt"
+
+
 # --------------------------------------------------------------------------- help texts
 
 
@@ -525,6 +551,7 @@ def bias_run(**kw: Any) -> int:
         if job["task"][1] > 1 and job["todo"]:
             _compile_first(job, cache)
 
+        _record_command(job)
         progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
         report = run_campaign(
             job["spec"],
@@ -542,6 +569,22 @@ def bias_run(**kw: Any) -> int:
         f" in {report.wall_s:.1f} s"
     )
     return 1 if report.n_failed else 0
+
+
+def _record_command(job: dict[str, Any]) -> None:
+    """Append this bias-run command line (time, array task, config hash) to the output
+    root's commands.txt, which bias-stats --report quotes as provenance."""
+    import shlex
+    from datetime import UTC, datetime
+
+    out = job["output_dir"]
+    out.mkdir(parents=True, exist_ok=True)
+    tid, tcount = job["task"]
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    line = (f"{stamp} task {tid}/{tcount} config_hash {job['spec'].config_hash}: "
+            f"{shlex.join(_given_args())}\n")  # fmt: skip
+    with open(out / COMMANDS_FILE, "a") as fh:  # one short append per process
+        fh.write(line)
 
 
 def _show_config(kw: dict[str, Any]) -> int:
@@ -1258,7 +1301,10 @@ def _write_report(
     if plot_dir is not None:
         figures = sorted(plot_dir.glob("*.png"), key=lambda p: (p.name not in order,
                          order.index(p.name) if p.name in order else 0, p.name))  # fmt: skip
-    prov = report.provenance(["bias-stats", *sys.argv[1:]], attrs)
+    commands = []
+    if posterior_dir is not None and (Path(posterior_dir) / COMMANDS_FILE).is_file():
+        commands = (Path(posterior_dir) / COMMANDS_FILE).read_text().splitlines()[-20:]
+    prov = report.provenance(_given_args(), attrs, commands)
     text = report.render_report(res, figures, report.failures_by_flag(df), prov)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import platform
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -32,7 +33,7 @@ text-align:left;font-variant-numeric:tabular-nums} th{background:#f3f3f3}
 .pass{color:#2a7d2a} .fail{color:#b22} .inconclusive{color:#c77a00}
 figure{margin:1em 0} figure img{max-width:100%;border:1px solid #ddd}
 figcaption{font-size:.9em;color:#555} code,pre{background:#f6f6f6}
-pre{padding:.5em;overflow-x:auto;white-space:pre-wrap}
+pre{padding:.5em;overflow-x:auto;white-space:pre-wrap} td code{white-space:pre-wrap}
 """
 
 _CAPTIONS = {
@@ -75,9 +76,12 @@ def failures_by_flag(df: Any) -> dict[str, int]:
 
 
 def provenance(
-    argv: Sequence[str], posterior_attrs: Sequence[Mapping[str, Any]] = ()
+    argv: Sequence[str],
+    posterior_attrs: Sequence[Mapping[str, Any]] = (),
+    run_commands: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Commands, versions, config hashes and machine of a report."""
+    """Commands (this one, and the campaign's bias-run lines), versions, config hashes and
+    machine of a report."""
 
     def v(pkg: str) -> str:
         try:
@@ -90,7 +94,9 @@ def provenance(
 
     return {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(argv),
+        "command": shlex.join(argv),
+        "bias-run commands (the campaign's commands.txt, last 20)": "\n".join(run_commands)
+        or "unknown (no --posterior-dir, or no commands.txt)",
         "versions (analysis)": ", ".join(
             f"{p} {v(p)}" for p in ("shearbatch", "jax", "numpyro", "arviz", "numpy")
         ) + f", python {sys.version.split()[0]}",
