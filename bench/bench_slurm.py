@@ -9,12 +9,14 @@ starts a single-node one). What a user does, step by step:
    output root (empty at the start);
 2. ``sbatch camp.sbatch`` and ``sbatch --dependency=afterany:<array> camp-stats.sbatch``
    (``bias-extract`` + ``bias-stats``); wait for both by polling ``squeue``;
-3. the same campaign in one process (same lanes, same cache), extracted and
-   analysed the same way, for comparison.
+3. the same campaign in one process (same lanes, same cache), and in one process
+   with two CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=2``),
+   each extracted and analysed the same way, for comparison.
 
 Records the wall time from the first ``sbatch`` to the end of the array and of
 the stats job, each task's persistent-cache hits and misses, and whether the
-array's ``bias_results.json`` equals the single process's. Prints them and writes
+array's and the two-device process's ``bias_results.json`` equal the single
+process's. Prints them and writes
 ``results/benchmarks/slurm.json``::
 
     .venv/bin/python bench/bench_slurm.py [--tasks 4] [--throttle 2]
@@ -151,21 +153,29 @@ def run(work: Path, *, tasks: int = 4, throttle: int = 2, stamp: int = 16,
     res_path = camp / "stats" / "bias_results.json"
     array_res = json.loads(res_path.read_text()) if res_path.is_file() else None
 
-    # the same campaign in one process (same lanes; the array's cache: it only reads)
-    single = work / "single"
-    t1 = time.perf_counter()
-    _sh([str(BIN / "bias-run"), *run_args, "--output-dir", str(single), "--no-progress",
-         "--cache-dir", str(camp / ".jax-cache")], env)  # fmt: skip
-    _sh([str(BIN / "bias-extract"), "--input-dir", str(single), "--output",
-         str(single / "summary.csv"), "--no-progress"], env)  # fmt: skip
-    _sh([str(BIN / "bias-stats"), "--input", str(single / "summary.csv"), "--output-dir",
-         str(single / "stats"), "--level", "level_0", "--posterior-dir", str(single)], env,
-        ok=(0, 1, 3))  # fmt: skip
-    rec["single_process_s"] = time.perf_counter() - t1
-    single_res = json.loads((single / "stats" / "bias_results.json").read_text())
+    # the same campaign in one process (same lanes; the array's cache), then in one
+    # process with two (CPU) devices: every lane count split over them
+    for name, extra_env in (("single", {}),
+                            ("multi_device",
+                             {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})):  # fmt: skip
+        out = work / name
+        e = {**env, **extra_env}
+        t1 = time.perf_counter()
+        ran = _sh([str(BIN / "bias-run"), *run_args, "--output-dir", str(out), "--no-progress",
+                   "--cache-dir", str(camp / ".jax-cache")], e)  # fmt: skip
+        _sh([str(BIN / "bias-extract"), "--input-dir", str(out), "--output",
+             str(out / "summary.csv"), "--no-progress"], e)  # fmt: skip
+        _sh([str(BIN / "bias-stats"), "--input", str(out / "summary.csv"), "--output-dir",
+             str(out / "stats"), "--level", "level_0", "--posterior-dir", str(out)], e,
+            ok=(0, 1, 3))  # fmt: skip
+        rec[f"{name}_process_s"] = time.perf_counter() - t1
+        rec[f"{name}_devices"] = re.findall(r"JAX \S+ on (\S+ x\d+)", ran.stderr)[:1]
+        rec[f"{name}_results"] = _numbers(
+            json.loads((out / "stats" / "bias_results.json").read_text())
+        )
     rec["array_results"] = _numbers(array_res) if array_res else None
-    rec["single_results"] = _numbers(single_res)
-    rec["results_identical"] = array_res is not None and _numbers(array_res) == _numbers(single_res)
+    rec["results_identical"] = rec["array_results"] == rec["single_results"]
+    rec["multi_device_identical"] = rec["multi_device_results"] == rec["single_results"]
     return rec
 
 
@@ -192,7 +202,10 @@ def draw(fig, rec: dict) -> None:
     c = rec["campaign"]
     names = ["sbatch -> array done", "sbatch -> stats done", "one process"]
     vals = [rec["sbatch_to_array_done_s"], rec["sbatch_to_stats_done_s"], rec["single_process_s"]]
-    bx.bar(names, vals, color=["C0", "C1", "C2"])
+    if rec.get("multi_device_process_s") is not None:
+        names.append("one process, 2 devices")
+        vals.append(rec["multi_device_process_s"])
+    bx.bar(names, vals, color=["C0", "C1", "C2", "C3"][: len(vals)])
     bx.set_ylabel("seconds")
     bx.set_title(f"{c['realizations']} realizations over {c['tasks']} tasks (throttle "
                  f"{c['throttle']}), local single-node SLURM", fontsize=10)  # fmt: skip
@@ -224,12 +237,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     print(f"sbatch -> array done: {rec['sbatch_to_array_done_s']:.1f} s; -> stats done: "
           f"{rec['sbatch_to_stats_done_s']:.1f} s; single process (cache warm): "
-          f"{rec['single_process_s']:.1f} s")  # fmt: skip
+          f"{rec['single_process_s']:.1f} s; two devices: {rec['multi_device_process_s']:.1f} s")  # fmt: skip
     for t in rec["tasks"]:
         print(f"  task {t['task']}: {t['takes']} realizations, cache {t['cache_hits']} hit(s) "
               f"{t['cache_misses']} miss(es), lock wait {t['lock_wait_s']} s, "
               f"logged span {t['logged_span_s']} s")  # fmt: skip
-    print(f"bias_results.json identical to the single process's: {rec['results_identical']}")
+    print(f"bias_results.json identical to the single process's: {rec['results_identical']}; "
+          f"two-device process ({rec['multi_device_devices']}) identical: "
+          f"{rec['multi_device_identical']}")  # fmt: skip
     return h.write_json({"info": info, "settings": h.settings(args), **rec}, args.out, draw=draw)
 
 

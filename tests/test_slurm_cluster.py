@@ -5,7 +5,8 @@ tasks, at most 2 at once, and the dependent ``bias-extract`` + ``bias-stats``
 job; both are submitted with ``sbatch`` and waited for. Every realization must be
 ``ok``, only the first task to take the compile lock may compile (the others only
 read the compilation cache under the output root), and ``bias_results.json`` must
-equal that of the same campaign run in one process.
+equal that of the same campaign run in one process, and so must that of one process
+with two (CPU) devices.
 
 Run by ``.ci/run`` after the default tier, on a SLURM it starts with
 ``ci/start_slurm.sh``; elsewhere skipped unless ``sbatch`` answers
@@ -65,6 +66,12 @@ def test_array_runs_every_realization_and_the_dependent_stats_job(campaign):
 def test_array_results_equal_a_single_process_run(campaign):
     assert campaign["array_results"] == campaign["single_results"]
     assert campaign["results_identical"]
+
+
+def test_two_device_process_results_equal_a_single_process_run(campaign):
+    assert campaign["multi_device_devices"] == ["CPU x2"]
+    assert campaign["single_devices"] == ["CPU x1"]
+    assert campaign["multi_device_results"] == campaign["single_results"]
 
 
 def test_only_the_first_task_compiles(campaign):
