@@ -200,10 +200,10 @@ def draw(fig, rec: dict) -> None:
     ax.set_title("array tasks: the first compiles, the others read the cache", fontsize=10)
     ax.legend(fontsize=8)
     c = rec["campaign"]
-    names = ["sbatch -> array done", "sbatch -> stats done", "one process"]
+    names = ["sbatch ->\narray done", "sbatch ->\nstats done", "one process\n(cache warm)"]
     vals = [rec["sbatch_to_array_done_s"], rec["sbatch_to_stats_done_s"], rec["single_process_s"]]
     if rec.get("multi_device_process_s") is not None:
-        names.append("one process, 2 devices")
+        names.append("one process,\n2 devices")
         vals.append(rec["multi_device_process_s"])
     bx.bar(names, vals, color=["C0", "C1", "C2", "C3"][: len(vals)])
     bx.set_ylabel("seconds")
