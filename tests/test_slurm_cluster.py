@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from shearbatch.slurm import parse_indices
+
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,8 +40,8 @@ def _slurm_up() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def campaign(tmp_path_factory):
+def _require_slurm():
+    """Skip (fail under SHEARBATCH_REQUIRE_SLURM=1) without a SLURM; bench/bench_slurm.py."""
     why = _slurm_up()
     if why:
         if os.environ.get("SHEARBATCH_REQUIRE_SLURM") == "1":
@@ -50,6 +52,12 @@ def campaign(tmp_path_factory):
         import bench_slurm
     finally:
         sys.path.remove(str(ROOT / "bench"))
+    return bench_slurm
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    bench_slurm = _require_slurm()
     return bench_slurm.run(tmp_path_factory.mktemp("slurm"), tasks=4, throttle=2)
 
 
@@ -79,3 +87,36 @@ def test_only_the_first_task_compiles(campaign):
     assert None not in misses, campaign["tasks"]
     assert sum(m > 0 for m in misses) == 1, misses  # the others only hit the cache
     assert all(t["cache_hits"] > 0 for t in campaign["tasks"] if t["cache_misses"] == 0)
+
+
+@pytest.mark.parametrize("spec", ["0-4:2", "10-13", "1,3,5"])
+def test_stepped_offset_and_sparse_arrays_cover_the_plan_once(tmp_path, spec):
+    """The emitted script submitted with --sbatch-array SPEC (its bias-run line run as a
+    --dry-run): every realization of the plan is in exactly one task's batches."""
+    bench_slurm = _require_slurm()
+    env = {k: v for k, v in os.environ.items() if k != "SHEARBATCH_CACHE_DIR"}
+    env["PATH"] = f"{bench_slurm.BIN}:/usr/sbin:{env.get('PATH', '/usr/bin:/bin')}"
+    script = tmp_path / "a.sbatch"
+    out = subprocess.run(
+        [str(bench_slurm.BIN / "bias-run"), "--config", str(ROOT / "configs" / "level0.yaml"),
+         "--shear-grid", "0.01", "0.02", "0.05", "--n-realizations", "3", "--batch-size", "2",
+         "--output-dir", str(tmp_path / "camp"), "--emit-sbatch", str(script),
+         "--sbatch-array", spec, "--no-sbatch-stats"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = script.read_text().splitlines()
+    assert lines[-1].startswith("bias-run ")
+    script.write_text("\n".join([*lines[:-1], lines[-1] + " --dry-run"]) + "\n")
+    job = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
+                         env=env, check=True).stdout.strip().split(";")[0]  # fmt: skip
+    bench_slurm._wait([job], timeout=600)
+    logs = sorted((tmp_path / "camp" / "logs").glob("*.out"))
+    assert len(logs) == len(parse_indices(spec))
+    seen = []
+    for log in logs:
+        text = log.read_text()
+        assert "Error" not in text and "--array-task-id" not in text, text
+        seen += [w for ln in text.splitlines() if ln.startswith("batch ") for w in ln.split()
+                 if w.startswith("g1_")]  # fmt: skip
+    assert len(seen) == 9 and len(set(seen)) == 9  # the whole plan, each realization once
