@@ -121,3 +121,17 @@ def test_failures_are_counted_by_status_and_flag():
                                     "status: failed": 1, "status: incomplete": 1}  # fmt: skip
     empty = pd.DataFrame({"status": ["ok"], "flags": [float("nan")]})  # all-empty column
     assert failures_by_flag(empty) == {}
+
+
+def test_sbc_results_are_tabulated(reported):
+    import pandas as pd
+
+    from shearbatch.analysis import acceptance, report
+
+    tmp, _, _ = reported
+    df = pd.read_csv(tmp / "s.csv", dtype={"run_id": str, "pair_id": str, "status": str})
+    res, _, _ = acceptance.analyze(df, sbc_mode="on")
+    html = report.render_report(res, [], report.failures_by_flag(df), {"command": "x"})
+    sbc = html.split("Simulation-based calibration", 1)[1].split("<h2>", 1)[0]
+    assert "χ² p-value" in sbc and f"{res['sbc']['g1']['p_value']:.3g}" in sbc
+    assert "inconclusive" in sbc  # 3 seeds < min_seeds

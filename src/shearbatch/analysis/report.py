@@ -189,8 +189,15 @@ def render_report(
     if "skipped" in sbc:
         parts.append(f"<p>Skipped: {_esc(sbc['skipped'])}</p>")
     else:
-        parts.append(_table(["component", "result"],
-                            [[c, _esc(r)] for c, r in sbc.items()]))  # fmt: skip
+        rows = []
+        for comp, r in sbc.items():
+            crit = next((c for c in res["criteria"] if c["name"].startswith(f"SBC {comp}")), {})
+            rows.append([comp, r.get("n", "–"), r.get("n_eff", "–"), _num(r.get("p_value"), ".3g"),
+                         _num(r.get("ks_p_value"), ".3g"),
+                         _esc(crit.get("status") or r.get("status") or ""),
+                         _esc(r.get("reason") or r.get("skipped") or "")])  # fmt: skip
+        parts.append(_table(["component", "ranks", "independent seeds", "χ² p-value",
+                             "KS p-value", "status", "note"], rows))  # fmt: skip
     parts.append("<h2>Failures and exclusions</h2>")
     counts = [["failed", res["n_failed"]], ["incomplete", res["n_incomplete"]],
               ["corrupt", res["n_corrupt"]]]  # fmt: skip
