@@ -112,3 +112,23 @@ def test_the_readme_session_runs_as_written(tmp_path, monkeypatch):
     exec(compile(code, "README.md", "exec"), ns)
     assert ns["res"]["m2"] is not None and ns["res"]["verdict"] in ("PASS", "INCONCLUSIVE")
     assert len(ns["df"]) == 12 and (tmp_path / "results" / "nb").is_dir()
+
+
+def test_the_example_notebook_opens_a_campaign(campaign, monkeypatch):
+    """docs/open_campaign.ipynb, its code cells run in order on a campaign (as after
+    `make demo`, with ROOT pointed at this test's campaign)."""
+    import json
+
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    out, _ = campaign
+    nb = json.loads(Path("docs/open_campaign.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert 'ROOT = "../results/demo/runs"' in cells[0]
+    cells[0] = cells[0].replace('"../results/demo/runs"', repr(str(out)))
+    ns: dict = {}
+    for i, src in enumerate(cells):
+        exec(compile(src, f"open_campaign.ipynb cell {i}", "exec"), ns)
+    assert ns["res"]["m1"] is not None and ns["g1"].attrs["units"] == "1"
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
