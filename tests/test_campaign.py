@@ -93,3 +93,32 @@ def test_realization_status(tmp_path):
     assert realization_status(tmp_path, "a") == "done"
     (d / "convergence.json").write_text("{trunc")
     assert realization_status(tmp_path, "a") == "incomplete"
+
+
+@pytest.mark.parametrize("rotations", [2, 4])
+def test_ring_design_plan_ids_pairs_and_angles(rotations):
+    plan = plan_campaign([0.02], n_realizations=2, base_seed=5, paired=True, rotations=rotations)
+    assert len(plan) == 2 * 2 * rotations  # a seed yields 2 x rotations images
+    ids = [r.run_id for r in plan]
+    assert len(set(ids)) == len(ids)
+    first = [r for r in plan if r.seed == 5]
+    assert [(r.rotation, r.pair_sign) for r in first] == [
+        (k, s) for k in range(rotations) for s in (1, -1)
+    ]
+    assert first[0].run_id == "g1_+0.0200_g2_+0.0000_s5"
+    assert first[2].run_id == "g1_+0.0200_g2_+0.0000_s5_r1"
+    assert [r.rotation_deg for r in first[::2]] == [180.0 * k / rotations for k in range(rotations)]
+    # pairs are +g/-g of one rotation; every copy of a seed shares its noise by default
+    assert first[2].pair_id == first[3].pair_id != first[0].pair_id
+    assert {r.noise_stream for r in plan} == {0}
+    indep = plan_campaign(
+        [0.02], n_realizations=1, rotations=rotations, rotation_noise="independent"
+    )
+    assert [r.noise_stream for r in indep] == list(range(rotations))
+
+
+def test_bad_ring_design_rejected():
+    with pytest.raises(ValueError, match="rotations"):
+        plan_campaign([0.02], rotations=3)
+    with pytest.raises(ValueError, match="rotation_noise"):
+        plan_campaign([0.02], rotations=2, rotation_noise="rotated")

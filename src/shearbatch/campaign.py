@@ -12,6 +12,18 @@ With ``paired=True`` every grid value ``g`` contributes a ``+|g|`` and a
 ``-|g|`` realization sharing one seed (same galaxy, same noise): the paired
 estimator ``m = (g_hat(+) - g_hat(-)) / (2 g) - 1`` cancels the noise.
 
+With ``rotations=R`` (2 or 4; shape-noise cancellation, a "ring" design) every
+realization gets ``R - 1`` more copies, ``k = 1 .. R-1``, whose galaxies have
+their intrinsic shape rotated by ``k * 180 / R`` degrees (90 for R = 2; 45, 90
+and 135 for R = 4: the spin-2 ellipticity turns by twice that), sharing the
+seed: the same fluxes, sizes and offsets, and by default the same noise field
+(``rotation_noise="shared"``; ``"independent"`` gives copy ``k`` its own noise
+field, see :mod:`shearbatch.core.generate`). Copy ``k``
+has run id ``<run id>_r{k}``; the unrotated copy keeps the plain id. With
+``paired`` a seed yields ``2 R`` images per grid value: ``+g`` and ``-g`` of
+each rotation, paired within the rotation (``pair_id`` ends in ``_r{k}``).
+All copies of a seed form one group for the errors of ``bias-stats``.
+
 Every SLURM array task builds the same deterministic plan and takes a
 contiguous slice of it, so the union over tasks is the plan with no overlap.
 """
@@ -24,6 +36,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 __all__ = [
+    "ROTATIONS",
+    "ROTATION_NOISE",
     "Realization",
     "array_slice",
     "array_task_from_env",
@@ -47,11 +61,25 @@ class Realization(NamedTuple):
     pair_id: str = ""
     pair_sign: int = 0
     from_prior: bool = False  # true shear drawn from the inference prior (SBC)
+    rotation: int = 0  # ring design: index k of this copy, 0 .. n_rotations - 1
+    n_rotations: int = 1  # copies per seed in the ring design (1: no rotation)
+    noise_stream: int = 0  # 0: the seed's noise field; k > 0: an independent one (copy k)
+
+    @property
+    def rotation_deg(self) -> float:
+        """Rotation of the intrinsic shapes, degrees (``k * 180 / n_rotations``)."""
+        return 180.0 * self.rotation / self.n_rotations
 
 
 def run_id_for(g1: float, g2: float, seed: int) -> str:
     """``g1_+0.0100_g2_+0.0000_s42``."""
     return f"g1_{g1:+.4f}_g2_{g2:+.4f}_s{seed}"
+
+
+#: copies per seed of a ring design (``campaign.rotations``)
+ROTATIONS = (1, 2, 4)
+#: the noise of a rotated copy: the seed's own field, or an independent one per copy
+ROTATION_NOISE = ("shared", "independent")
 
 
 def _check_shear(g1: float, g2: float) -> None:
@@ -67,8 +95,10 @@ def plan_campaign(
     base_seed: int = 0,
     paired: bool = False,
     shear_grid_g2: Sequence[float] | None = None,
+    rotations: int = 1,
+    rotation_noise: str = "shared",
 ) -> list[Realization]:
-    """Expand a shear grid x realizations into the deterministic campaign plan.
+    """Expand a shear grid x realizations (x rotations) into the deterministic campaign plan.
 
     With ``shear_grid_g2`` the grid is two-dimensional: every ``(g1, g2)`` pair of
     the two lists (g1 major), so both components vary and ``m1, c1, m2, c2`` are
@@ -76,10 +106,15 @@ def plan_campaign(
     are ``+(g1, g2)`` and ``-(g1, g2)`` with the ``+`` twin's g1 >= 0 (a vector and
     its negative are one pair).
 
-    Order: grid point major, realization minor (``-g`` right after ``+g`` when paired).
+    Order: grid point major, realization minor, then rotation, then sign (``-g``
+    right after ``+g`` of the same rotation when paired).
     """
     if n_realizations < 1:
         raise ValueError("n_realizations must be >= 1")
+    if rotations not in ROTATIONS:
+        raise ValueError(f"rotations must be one of {ROTATIONS}, got {rotations}")
+    if rotation_noise not in ROTATION_NOISE:
+        raise ValueError(f"rotation_noise must be one of {ROTATION_NOISE}, got {rotation_noise!r}")
     if base_seed < 0:
         raise ValueError("base_seed must be >= 0")
     two_d = shear_grid_g2 is not None
@@ -95,18 +130,26 @@ def plan_campaign(
         signs = (1.0, -1.0) if flips else (1.0,)
         for i in range(n_realizations):
             seed = base_seed + i
-            for sign in signs:
-                g1 = sign * abs(a) if paired and not two_d else sign * a
-                gg2 = sign * b if two_d else b
-                _check_shear(g1, gg2)
-                rid = run_id_for(g1, gg2, seed)
-                if rid in seen:  # e.g. a grid that lists the same value twice
-                    continue
-                seen.add(rid)
-                pair = ""
-                if paired:
-                    pair = f"p{abs(a):.4f}_{b:+.4f}_s{seed}" if two_d else f"p{abs(a):.4f}_s{seed}"
-                plan.append(Realization(rid, g1, gg2, seed, pair, int(sign) if paired else 0))
+            for k in range(rotations):
+                suffix = f"_r{k}" if k else ""
+                for sign in signs:
+                    g1 = sign * abs(a) if paired and not two_d else sign * a
+                    gg2 = sign * b if two_d else b
+                    _check_shear(g1, gg2)
+                    rid = run_id_for(g1, gg2, seed) + suffix
+                    if rid in seen:  # e.g. a grid that lists the same value twice
+                        continue
+                    seen.add(rid)
+                    pair = ""
+                    if paired:
+                        pair = (
+                            f"p{abs(a):.4f}_{b:+.4f}_s{seed}" if two_d else f"p{abs(a):.4f}_s{seed}"
+                        )
+                        pair += suffix
+                    stream = k if rotation_noise == "independent" else 0
+                    plan.append(Realization(rid, g1, gg2, seed, pair, int(sign) if paired else 0,
+                                            rotation=k, n_rotations=rotations,
+                                            noise_stream=stream))  # fmt: skip
     return plan
 
 

@@ -310,6 +310,16 @@ class _RunCommand(_Command):
     ),
 )
 @click.option(
+    "--rotations",
+    type=int,
+    default=None,
+    help=_help(
+        "Ring design: 1, 2 or 4 copies per seed with every intrinsic shape rotated by "
+        "k*180/rotations degrees (shape-noise cancellation; run ids end in _r<k>).",
+        config="campaign.rotations",
+    ),
+)
+@click.option(
     "--shear-from-prior",
     is_flag=True,
     default=None,
@@ -812,6 +822,7 @@ _CAMPAIGN_FLAGS = {
     "batch_size": "batch_size",
     "output_dir": "output_dir",
     "paired": "paired",
+    "rotations": "rotations",
     "g2_true": "g2",
 }
 
@@ -856,6 +867,8 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     for flag in ("base_seed", "seed"):
         if kw[flag] is not None and kw[flag] < 0:
             raise _fail(f"--{flag.replace('_', '-')}: must be >= 0, got {kw[flag]}")
+    if kw.get("rotations") is not None and kw["rotations"] not in (1, 2, 4):
+        raise _fail(f"--rotations: must be 1, 2 or 4, got {kw['rotations']}")
     if kw["shear_grid"] and kw["g1_true"] is not None:
         raise _fail("--g1-true and --shear-grid are exclusive (single realization vs campaign)")
     for flag in ("shear_grid", "shear_grid_g2"):
@@ -916,6 +929,8 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
 
         if kw["shear_grid"] or kw["shear_grid_g2"]:
             raise _fail("--shear-from-prior and --shear-grid(-g2) are exclusive")
+        if camp.rotations > 1:
+            raise _fail("--rotations: a ring design needs a shear grid, not --shear-from-prior")
         plan = cp.plan_from_prior(
             lambda seed: draw_shear_from_prior(spec.model.shear, seed),
             n_realizations=camp.n_realizations,
@@ -937,6 +952,8 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
                 base_seed=camp.base_seed,
                 paired=camp.paired,
                 shear_grid_g2=camp.shear_grid_g2,
+                rotations=camp.rotations,
+                rotation_noise=camp.rotation_noise,
             )
         except ValueError as err:
             raise _fail(f"--shear-grid/--shear-grid-g2/--g2-true: {err}") from None
@@ -1239,6 +1256,11 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
                f"{res['point_estimate']}, weights {res['weights']}: used {res['n_used']} of "
                f"{res['n_realizations']} realization(s) ({res['n_seeds']} independent seeds); "
                f"excluded: {ex}")  # fmt: skip
+    des = res.get("design") or {}
+    if des.get("rotations", 1) > 1:
+        click.echo(f"  ring design: {des['rotations']} rotations per seed"
+                   f"{', paired' if des['paired'] else ''}; errors resample whole seeds; "
+                   f"incomplete rings left out: {des['incomplete_rings_left_out']}")  # fmt: skip
     if res.get("noise_bias"):
         click.echo(f"  NOTE {res['noise_bias']['message']}")
     pr = res.get("prior") or {}

@@ -54,7 +54,9 @@ def inference_program(spec: RunSpec) -> tuple[Any, Callable[[jax.Array, jax.Arra
 
 
 def generate(spec: RunSpec, batch: Sequence[Realization]) -> SimBatch:
-    return simulate(spec.truth, [r.seed for r in batch], [(r.g1, r.g2) for r in batch])
+    quarters = [4 * r.rotation // r.n_rotations for r in batch]  # ring copies (45 deg each)
+    return simulate(spec.truth, [r.seed for r in batch], [(r.g1, r.g2) for r in batch],
+                    quarters, [r.noise_stream for r in batch])  # fmt: skip
 
 
 def run_campaign(
@@ -204,6 +206,9 @@ def truth_record(spec: RunSpec, r: Realization, sim: SimBatch, b: int) -> dict[s
     }
     if r.pair_id:
         rec["pair_id"], rec["pair_sign"] = r.pair_id, r.pair_sign
+    if r.n_rotations > 1:
+        rec["rotation"] = {"index": r.rotation, "n_rotations": r.n_rotations,
+                           "degrees": r.rotation_deg, "noise_stream": r.noise_stream}  # fmt: skip
     rec["truth_from_prior"] = r.from_prior
     rec.update(spec.provenance)
     return rec

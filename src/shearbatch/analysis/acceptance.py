@@ -39,6 +39,7 @@ from ..core.priors import PRIOR_PULL_MAX, campaign_pull
 from .stats import (
     WEIGHTS,
     Fit,
+    complete_rings,
     coverage,
     error_label,
     fit_offset,
@@ -127,6 +128,17 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
                        "exponential galaxy with free flux, size and shape: m1 = -0.015 +- "
                        "0.005 at S/N 15, consistent with 0 at S/N 30 and 100 (README, "
                        "'Noise bias and planning')"}  # fmt: skip
+
+
+def design_report(use: Any) -> dict[str, Any]:
+    """The campaign's design as the fit sees it: pairs, rotations per seed, the error
+    groups (seeds) and the rings left out of the fit because a copy is missing."""
+    nrot = use["n_rotations"].to_numpy(float) if "n_rotations" in use.columns else np.array([])
+    nrot = nrot[np.isfinite(nrot)]
+    _, incomplete = complete_rings(use)
+    pairs = "pair_sign" in use.columns and bool(use["pair_sign"].isin([1, -1]).any())
+    return {"paired": pairs, "rotations": int(nrot.max()) if nrot.size else 1,
+            "error_groups": "seed", "incomplete_rings_left_out": incomplete}  # fmt: skip
 
 
 def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
@@ -328,8 +340,10 @@ def analyze(
         raise ValueError("estimator paired: no complete +g/-g pairs (pair_id, pair_sign)")
     elif estimator != "regression" and estimator != "paired":
         raise ValueError(f"unknown estimator {estimator!r}; use regression, paired or auto")
-    fits = {c: fit_component(use, c, estimator, n_boot, seed, point=point, weights=weights)
-            for c in ("g1", "g2")}  # fmt: skip
+    design = design_report(use)
+    ring, _ = complete_rings(use)
+    fits = {c: fit_component(use[ring].reset_index(drop=True), c, estimator, n_boot, seed,
+                             point=point, weights=weights) for c in ("g1", "g2")}  # fmt: skip
     seeds = use["seed"].astype(str).to_numpy()
     cov: dict[str, Any] = {}
     for comp in ("g1", "g2"):
@@ -374,6 +388,7 @@ def analyze(
     res["fits"] = {c: {"error_method": f.error_method, "error_label": error_label(f), "n": f.n,
                        "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
                    for c, f in fits.items()}  # fmt: skip
+    res["design"] = design
     res.update(coverage=cov, sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=crit)
     res["prior"] = prior_report(use)
     res["noise_bias"] = noise_bias_note(use)

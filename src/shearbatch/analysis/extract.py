@@ -19,6 +19,12 @@ std, the quantiles q at 0.025, 0.16, 0.84, 0.975, and the SBC rank
 ``convergence.json``'s ``map_estimate`` (the MAP for MAP, the Laplace centre
 for NUTS and VI); empty when a file predates it.
 
+Design columns: ``seed`` (the group: every realization of a seed shares its
+galaxies, and the errors of ``bias-stats`` resample seeds), ``pair_id`` and
+``pair_sign`` (+g/-g twins sharing galaxy and noise), ``rotation`` and
+``n_rotations`` (ring designs: copy k of n with the intrinsic shapes rotated by
+k * 180 / n degrees; empty without rotations).
+
 ``passed_convergence`` comes from the one convergence gate of
 :mod:`shearbatch.core.flags`: the realization's own flags (written by
 ``bias-run``), with the threshold gates (R-hat, ESS, divergences, E-BFMI)
@@ -74,6 +80,7 @@ SUMMARY_COLUMNS = [
     *[f"g{i}_{q}" for i in (1, 2) for q in QUANTILES],
     "g1_mode", "g2_mode",
     "ess_tail_g1", "ess_tail_g2", "rank_g1", "rank_g2", "pair_id", "pair_sign",
+    "rotation", "n_rotations",
     "batch_size", "runtime_s", "reason", "flags", "truth_from_prior",
     "estimate", "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
 ]  # fmt: skip
@@ -165,6 +172,9 @@ def read_realization(
         )
         if truth.get("pair_id"):
             row["pair_id"], row["pair_sign"] = truth["pair_id"], truth.get("pair_sign")
+        rot = truth.get("rotation")
+        if isinstance(rot, Mapping):  # ring design: copy index and copies per seed
+            row["rotation"], row["n_rotations"] = rot.get("index"), rot.get("n_rotations")
         if "truth_from_prior" in truth:
             row["truth_from_prior"] = bool(truth["truth_from_prior"])
     if not (d / CONVERGENCE).is_file():
@@ -282,7 +292,7 @@ def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     import pandas as pd
 
     df = pd.DataFrame(list(rows), columns=SUMMARY_COLUMNS)
-    for col in ("seed", "pair_sign", "batch_size", "divergences"):
+    for col in ("seed", "pair_sign", "rotation", "n_rotations", "batch_size", "divergences"):
         df[col] = df[col].astype("Int64")
     for col in ("passed_convergence", "truth_from_prior"):
         df[col] = df[col].astype("boolean")

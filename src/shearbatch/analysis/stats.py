@@ -39,6 +39,15 @@ weights ``w_i`` (:func:`weights_for`):
 - constant truth (e.g. ``g2 = 0`` everywhere): the slope is undefined, ``m`` is
   reported as ``None`` with a reason and ``c = sum w (g_hat - g_true) / sum w``.
 
+Ring designs (``rotations`` R = 2 or 4 copies per seed with the intrinsic shapes
+rotated by k 180 / R degrees): both estimators are sums over rows, so a seed's
+group sum adds its R copies and the shape of each galaxy cancels inside it to
+first order (sum_k R(k) e = 0 for the spin-2 rotations); the jackknife and
+bootstrap resample whole seeds, so the errors see the cancelled scatter, not the
+shape noise. Only complete rings enter the fit (:func:`complete_rings`: a seed's
+copies at a grid value with every rotation present, both signs when paired):
+one missing copy would leave that galaxy's shape uncancelled.
+
 Coverage (:func:`coverage`): fraction ``f`` of realizations with
 ``q_lo <= g_true <= q_hi`` for the central 68% (q16-q84) and 95% (q025-q975)
 posterior intervals. Two-sided test: ``f`` outside ``[p - z se, p + z se]``,
@@ -54,6 +63,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -63,6 +73,7 @@ from scipy import stats as st
 __all__ = [
     "WEIGHTS",
     "Fit",
+    "complete_rings",
     "coverage",
     "error_label",
     "fit_offset",
@@ -321,6 +332,42 @@ def fit_paired(
     est = fn(sums.sum(axis=0))
     errs = group_errors(sums, fn, n_boot=n_boot, seed=seed)
     return _finish(est, errs, "bootstrap", g.size, sums.shape[0], weights)
+
+
+def complete_rings(df: Any) -> tuple[np.ndarray, int]:
+    """Rows of complete rings of a ring design, and the number of incomplete rings.
+
+    A ring is a seed's copies at one grid point: ``(seed, pair_id without its _r<k>
+    suffix)`` when paired (``pair_sign`` +-1), else ``(seed, g1_true, g2_true)``; it is
+    complete when
+    it holds every rotation ``0 .. n_rotations - 1`` (and both signs of each when
+    paired). Without a ``rotation`` column every row is kept.
+    """
+    n = len(df)
+    if "rotation" not in df.columns or "n_rotations" not in df.columns:
+        return np.ones(n, dtype=bool), 0
+    rot = df["rotation"].to_numpy(float)
+    nrot = df["n_rotations"].to_numpy(float)
+    if not np.any(np.isfinite(nrot) & (nrot > 1)):
+        return np.ones(n, dtype=bool), 0
+    sign = df["pair_sign"].to_numpy(float) if "pair_sign" in df.columns else np.zeros(n)
+    sign = np.where(np.isfinite(sign), sign, 0.0)
+    paired = np.isin(sign, (1.0, -1.0))
+    pid = df["pair_id"].fillna("").astype(str) if "pair_id" in df.columns else None
+    truth = df[["g1_true", "g2_true"]].to_numpy(float).round(12)
+    seeds = df["seed"].astype(str).to_numpy()
+    keys = [(sd, re.sub(r"_r\d+$", "", pid.iat[i]) if pr and pid is not None else tuple(truth[i]))
+            for i, (sd, pr) in enumerate(zip(seeds, paired, strict=True))]  # fmt: skip
+    members: dict[Any, set] = {}
+    for key, r, sg in zip(keys, rot, sign, strict=True):
+        members.setdefault(key, set()).add((r, sg))
+    need = {}
+    for key, nr, pr in zip(keys, nrot, paired, strict=True):
+        rots = range(int(nr)) if np.isfinite(nr) and nr > 1 else [0]
+        need[key] = {(float(r), s) for r in rots for s in ((1.0, -1.0) if pr else (0.0,))}
+    done = {k for k, v in members.items() if {(float(r), s) for r, s in v} >= need[k]}
+    keep = np.array([k in done for k in keys], dtype=bool)
+    return keep, len(members) - len(done)
 
 
 def n_independent(groups: np.ndarray | None, n: int) -> int:

@@ -103,12 +103,19 @@ def _jax_clean(problem):
     return jax.jit(jax.vmap(functools.partial(render_stamps, problem)))
 
 
-def simulate_galsim(problem, seeds: Sequence[int], g: Sequence[tuple[float, float]]) -> SimBatch:
-    """Like :func:`shearbatch.core.generate.simulate`, the clean stamps drawn by GalSim."""
+def simulate_galsim(
+    problem,
+    seeds: Sequence[int],
+    g: Sequence[tuple[float, float]],
+    quarters: Sequence[int] | None = None,
+    streams: Sequence[int] | None = None,
+) -> SimBatch:
+    """Like :func:`shearbatch.core.generate.simulate` (ring copies included), the clean
+    stamps drawn by GalSim."""
     jax_problem = problem._replace(profile="exponential", profile_args=(), renderer="jax")
     if problem.profile in JAX_PROFILES:
         jax_problem = jax_problem._replace(profile=problem.profile)
-    sim = simulate(jax_problem, seeds, g)
+    sim = simulate(jax_problem, seeds, g, quarters, streams)
     noise = np.asarray(sim.images) - np.asarray(_jax_clean(jax_problem)(sim.params, sim.g))
     params = {k: np.asarray(sim.params[k], dtype=np.float64) for k in FIELDS}
     g_np = np.asarray(sim.g, dtype=np.float64)

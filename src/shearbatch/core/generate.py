@@ -7,6 +7,18 @@ distribution in the (generator's) problem is drawn from it; the stamp of galaxy
 
     d_j = render(flux_j, hlr_j, e_j, g_true, offset_j) + sigma * n_j,  n_j ~ N(0, 1)
 
+Ring designs (:mod:`shearbatch.campaign`, ``rotations``): copy ``k`` of a seed
+draws the same galaxies and rotates each intrinsic shape by ``q`` quarter turns
+of the spin-2 ellipticity (45 degrees on the sky each, ``q = 4 k / R``):
+
+    (e1, e2) -> (-e2, e1) -> (-e1, -e2) -> (e2, -e1)        (q = 1, 2, 3)
+
+exactly (no trigonometry, so rotating by 90 degrees twice is the identity to the
+bit); flux, size and offset are unchanged. Its noise field is the seed's own
+(``noise_stream = 0``, the default: a ring copy then differs from the original
+only by the rotated shapes, and with ``+g``/``-g`` pairs all 2 R images of a seed
+share one noise field) or an independent one, ``fold_in(noise_key, stream)``.
+
 The generator takes the truth problem (:func:`shearbatch.spec.truth_problem`:
 ``simulation`` overrides merged in, for misspecification studies).
 
@@ -28,7 +40,7 @@ from .priors import to_distribution
 from .psf import psf_kwargs
 from .render import draw_galaxy
 
-__all__ = ["FIELDS", "SimBatch", "render_stamps", "simulate", "stamp_snr"]
+__all__ = ["FIELDS", "SimBatch", "render_stamps", "rotate_shapes", "simulate", "stamp_snr"]
 
 FIELDS = ("flux", "hlr", "e1", "e2", "dx", "dy")
 
@@ -109,13 +121,28 @@ def _draw(p, key: jax.Array, m: int, dtype) -> jax.Array:
     return to_distribution(p).icdf(u)
 
 
-def simulate_one(problem, seed: jax.Array, g: jax.Array) -> tuple[jax.Array, dict, jax.Array]:
+def rotate_shapes(params: dict[str, jax.Array], quarter: jax.Array) -> dict[str, jax.Array]:
+    """``params`` with (e1, e2) turned by ``quarter`` (0-3) quarter turns of the spin-2
+    ellipticity, i.e. ``quarter * 45`` degrees on the sky (exact sign swaps)."""
+    e1, e2 = params["e1"], params["e2"]
+    q = jnp.mod(quarter, 4)
+    r1 = jnp.select([q == 0, q == 1, q == 2], [e1, -e2, -e1], e2)
+    r2 = jnp.select([q == 0, q == 1, q == 2], [e2, e1, -e2], -e1)
+    return {**params, "e1": r1, "e2": r2}
+
+
+def simulate_one(
+    problem, seed: jax.Array, g: jax.Array, quarter: jax.Array = 0, stream: jax.Array = 0
+) -> tuple[jax.Array, dict, jax.Array]:
     """Noisy stamps (M, H, W), true parameters and matched-filter S/N (M,) of ONE
-    realization. The noise field is drawn in float32 and cast: the same data (to the
-    float32 rounding of the clean image) in a float32 and a float64 campaign."""
+    realization (``quarter``: quarter turns of the intrinsic shapes; ``stream``: 0 for
+    the seed's noise field, k > 0 for an independent one). The noise field is drawn in
+    float32 and cast: the same data (to the float32 rounding of the clean image) in a
+    float32 and a float64 campaign."""
     key = jax.random.PRNGKey(seed)
     k_par, k_noise = jax.random.split(key)
-    params = _draw_params(problem, k_par)
+    k_noise = jnp.where(stream == 0, k_noise, jax.random.fold_in(k_noise, stream))
+    params = rotate_shapes(_draw_params(problem, k_par), quarter)
     clean = render_stamps(problem, params, g)
     noise = jax.random.normal(k_noise, clean.shape, jnp.float32).astype(clean.dtype)
     return clean + problem.noise_sigma * noise, params, stamp_snr(clean, problem.noise_sigma)
@@ -129,19 +156,29 @@ def _simulator(problem):
     key = (problem, str(jnp.result_type(float)))
     if key not in _SIMULATORS:
         one = functools.partial(simulate_one, problem)
-        _SIMULATORS[key] = jax.jit(lambda seeds, g: jax.lax.map(lambda a: one(*a), (seeds, g)))
+        _SIMULATORS[key] = jax.jit(lambda *a: jax.lax.map(lambda x: one(*x), a))
     return _SIMULATORS[key]
 
 
-def simulate(problem, seeds: Sequence[int], g: Sequence[tuple[float, float]]) -> SimBatch:
-    """Truth and noisy stamps for realizations with ``seeds`` and true shears ``g``:
+def simulate(
+    problem,
+    seeds: Sequence[int],
+    g: Sequence[tuple[float, float]],
+    quarters: Sequence[int] | None = None,
+    streams: Sequence[int] | None = None,
+) -> SimBatch:
+    """Truth and noisy stamps for realizations with ``seeds`` and true shears ``g``
+    (optionally ring copies: ``quarters`` of a turn of the shapes, noise ``streams``):
     images have shape (B, M, H, W). ``problem.renderer == "galsim"``: the same truths
     and noise, stamps drawn by GalSim (:mod:`shearbatch.core.galsim_generator`)."""
     if problem.renderer == "galsim":
         from .galsim_generator import simulate_galsim
 
-        return simulate_galsim(problem, seeds, g)
+        return simulate_galsim(problem, seeds, g, quarters, streams)
+    n = len(seeds)
     seeds_a = jnp.asarray(seeds, dtype=jnp.uint32)
     g_a = jnp.asarray(g, dtype=jnp.result_type(float))
-    images, params, snr = _simulator(problem)(seeds_a, g_a)
+    q_a = jnp.asarray([0] * n if quarters is None else quarters, dtype=jnp.int32)
+    s_a = jnp.asarray([0] * n if streams is None else streams, dtype=jnp.uint32)
+    images, params, snr = _simulator(problem)(seeds_a, g_a, q_a, s_a)
     return SimBatch(images, problem.noise_sigma, g_a, params, snr)

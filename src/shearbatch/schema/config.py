@@ -375,10 +375,20 @@ class CampaignConfig(_Strict):
     """[path] Campaign root, one directory per realization (--output-dir)."""
     paired: bool = False
     """+g/-g twins sharing seed, galaxy and noise (--paired)."""
+    rotations: Literal[1, 2, 4] = 1
+    """[count] Ring design: copies per seed with every intrinsic shape rotated by k * 180 / rotations degrees, k = 0 .. rotations - 1 (shape-noise cancellation; run ids end in _r<k>; with paired, 2 x rotations images per seed and grid point) (--rotations). Example: 2"""
+    rotation_noise: Literal["shared", "independent"] = "shared"
+    """Noise field of a rotated copy: the seed's own (shared: the copy differs only by its rotated shapes) or an independent one per copy. Example: shared"""
     shear_from_prior: bool = False
     """SBC: each realization's true shear drawn from gal.shear instead of a grid (--shear-from-prior)."""
     sbatch: SbatchConfig = SbatchConfig()
     """What bias-run --emit-sbatch asks SLURM for (section campaign.sbatch; each key overridden by its --sbatch-<key> flag)."""
+
+    @model_validator(mode="after")
+    def _ring_needs_grid(self) -> CampaignConfig:
+        if self.rotations > 1 and self.shear_from_prior:
+            raise ValueError("rotations: a ring design needs a shear grid, not shear_from_prior")
+        return self
 
     @field_validator("shear_grid", "shear_grid_g2")
     @classmethod

@@ -94,14 +94,15 @@ def _newton_step_dir(grad: jax.Array, hess: jax.Array) -> tuple[jax.Array, jax.A
     return -(v @ coef), jnp.sum(coef * (v.T @ grad))
 
 
-def _newton(x0, fun, *, num_steps: int, tol: float) -> tuple[OptResult, jax.Array]:
-    """Damped Newton with Armijo backtracking; returns the result and H at the last iterate.
+def _newton(x0, fun, *, num_steps: int, tol: float, hess_fn=None) -> tuple[OptResult, jax.Array]:
+    """Damped Newton with Armijo backtracking; returns the result and H at the last iterate
+    (``hess_fn(x)``, default ``jax.hessian(fun)``).
 
     Stops when half the Newton decrement, ``g^T H^-1 g / 2`` (the predicted
     decrease of U to the optimum, in log-density units), is <= ``tol``.
     """
     grad_fn = jax.grad(fun)
-    hess_fn = jax.hessian(fun)
+    hess_fn = jax.hessian(fun) if hess_fn is None else hess_fn
     d = x0.shape[0]
 
     def cond(c):
@@ -217,11 +218,13 @@ def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Lap
     ``model.potential_fn`` (the density they sample in x, Jacobian included: its mode is
     finite even where a bounded latent's physical mode sits on a bound)."""
     objective = model.mode_fn if objective is None else objective
+    hessian = model.hessian(objective)  # the model's sparsity-aware Hessian (M galaxies)
     x0 = model.x0.astype(obs.dtype)
     if settings.optimizer == "newton":
         fun = functools.partial(lambda x, o: objective(x, o), o=obs)
         tol = default_tol(x0.dtype) if settings.tol is None else settings.tol
-        opt, hess = _newton(x0, fun, num_steps=settings.num_steps, tol=tol)
+        hess_fn = functools.partial(lambda x, o: hessian(x, o), o=obs)
+        opt, hess = _newton(x0, fun, num_steps=settings.num_steps, tol=tol, hess_fn=hess_fn)
     else:
         opt = optimize(
             x0,
@@ -232,7 +235,7 @@ def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Lap
             learning_rate=settings.learning_rate or 0.1,
             tol=settings.tol,
         )
-        hess = jax.hessian(objective)(opt.x, obs)
+        hess = hessian(opt.x, obs)
     hess = 0.5 * (hess + hess.T)
     chol = jnp.linalg.cholesky(hess)
     ok = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.isfinite(hess))
