@@ -130,6 +130,7 @@ def validate(level: str, a: argparse.Namespace) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
     cfg = ROOT / "configs" / f"{level}.yaml"
+    (out / "config_as_run.yaml").write_text(cfg.read_text())  # the config may change later
     extra = ["--n-realizations", str(a.seeds)] if a.seeds else []
     extra += ["--batch-size", str(a.batch_size)] if a.batch_size else []
     extra += ["--method", a.method] if a.method else []
