@@ -6,6 +6,11 @@ FAIL; 2 bad input, reported as one line naming the offending flag or key,
 before any computation starts; 3 the ``bias-stats`` verdict is INCONCLUSIVE
 (the errors are too large, or too few independent seeds, to decide; the
 console and ``bias_results.json`` give the realizations a decision needs).
+``bias-run`` only: 3 stopped before the end of its slice because the next batch
+would not finish before ``--time-limit`` / ``SLURM_JOB_END_TIME``; 4 an output
+file could not be written (disk full, directory unwritable); 130 / 143 stopped by
+SIGINT (Ctrl-C) / SIGTERM. In those four cases every realization is complete or
+absent, and the same command resumes.
 """
 
 from __future__ import annotations
@@ -512,6 +517,24 @@ class _RunCommand(_Command):
     default=None,
     help=_help("bias-stats --level of the dependent job.", config="campaign.sbatch.level"),
 )
+@click.option(
+    "--overlap/--no-overlap",
+    default=True,
+    help=_help(
+        "Write batch k in background threads while batch k+1 is computed, or (--no-overlap) "
+        "each batch before the next starts.",
+        default="--overlap",
+    ),
+)
+@click.option(
+    "--time-limit",
+    default=None,
+    help=_help(
+        "Wall-clock budget of this run (SECONDS, 45m, 2h, HH:MM:SS or D-HH:MM:SS): no batch "
+        "is started that would not end before it (exit 3; the same command resumes).",
+        default="SLURM_JOB_END_TIME when set, else none",
+    ),
+)
 @click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
 @_version_option()
 def bias_run(**kw: Any) -> int:
@@ -519,7 +542,10 @@ def bias_run(**kw: Any) -> int:
 
     Writes <output-dir>/<run id>/{posterior.nc, truth.json, convergence.json};
     complete realizations are skipped on a re-run. Exit status: 0 success, 1 some
-    realizations failed (the others are written), 2 bad input.
+    realizations failed (the others are written), 2 bad input, 3 stopped by
+    --time-limit / SLURM_JOB_END_TIME, 4 an output could not be written (disk full),
+    130 / 143 stopped by Ctrl-C / SIGTERM; after 3, 4, 130 and 143 every realization
+    is complete or absent and the same command resumes.
 
     \b
     On a SLURM cluster (every array task takes its own slice of the same plan; all
@@ -539,6 +565,7 @@ def bias_run(**kw: Any) -> int:
         return _show_config(kw)
     if kw["config_path"] is None:
         raise _fail("Missing option '--config' / '--shine-config'.")
+    deadline = _deadline(kw["time_limit"])
     try:
         job = _plan_run(kw)
         if kw["emit_sbatch"]:
@@ -548,8 +575,10 @@ def bias_run(**kw: Any) -> int:
     _print_plan(job, kw)
     if kw["dry_run"] and not kw["preview"]:
         return 0
+    if not kw["dry_run"]:
+        _check_writable(job["output_dir"])
     cache_dir = kw["cache_dir"] or runtime.default_cache_dir(job["output_dir"])
-    with runtime.scoped():
+    with runtime.scoped(), _StopOnSignal(lambda: _n_complete(job)) as stop:
         cache = runtime.configure(job["spec"].precision == "float64", cache_dir)
         runtime.reset_cache_events()
         if kw["preview"]:
@@ -557,19 +586,27 @@ def bias_run(**kw: Any) -> int:
         if kw["dry_run"]:
             return 0
         from .engine import run_campaign
+        from .io import WriteError
 
         if job["task"][1] > 1 and job["todo"]:
             _compile_first(job, cache)
 
         _record_command(job)
         progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
-        report = run_campaign(
-            job["spec"],
-            job["todo"],
-            output_dir=job["output_dir"],
-            batch_size=job["batch_size"],
-            progress=progress,
-        )
+        try:
+            report = run_campaign(
+                job["spec"],
+                job["todo"],
+                output_dir=job["output_dir"],
+                batch_size=job["batch_size"],
+                progress=progress,
+                overlap=kw["overlap"],
+                stop=stop.event,
+                deadline=deadline,
+            )
+        except WriteError as err:
+            click.echo(f"Error: {err}; {_resume_hint(job)}", err=True)
+            return 4
         if kw["preview"]:  # again, now with the model at each estimate and the residual
             _preview(job, Path(kw["preview"]), fitted=True)
     ev = runtime.CACHE_EVENTS
@@ -578,6 +615,12 @@ def bias_run(**kw: Any) -> int:
         f"wrote {report.n_ok} ok, {report.n_failed} failed realization(s) under {job['output_dir']}"
         f" in {report.wall_s:.1f} s"
     )
+    if report.stopped == "signal":
+        logger.warning("%s: %s", stop.name, _resume_hint(job))
+        return 128 + stop.signum
+    if report.stopped:
+        logger.warning("time limit: %s", _resume_hint(job))
+        return 3
     return 1 if report.n_failed else 0
 
 
@@ -756,6 +799,161 @@ def _emit_sbatch(job: dict[str, Any], kw: dict[str, Any]) -> int:
     else:
         click.echo(f"submit: sbatch {script}")
     return 0
+
+
+# ------------------------------------------------------------- bias-run: stopping cleanly
+
+
+def _n_complete(job: dict[str, Any]) -> int:
+    from .io import realization_status
+
+    return sum(realization_status(job["output_dir"], r.run_id) in ("done", "failed")
+               for r in job["mine"])  # fmt: skip
+
+
+def _resume_hint(job: dict[str, Any]) -> str:
+    return (f"{_n_complete(job)} of {len(job['mine'])} realization(s) of this task complete; "
+            "re-run the same command to resume")  # fmt: skip
+
+
+def _check_writable(output_dir: Path) -> None:
+    """Create the output root and a probe file in it, before anything is computed."""
+    import os
+    import socket
+
+    probe = output_dir / f".write-probe.{socket.gethostname()}.{os.getpid()}.tmp"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise _fail(f"--output-dir: cannot write to {output_dir}: {err.strerror}") from None
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _deadline(limit: str | None) -> float | None:
+    """``time.time()`` by which this run must end: ``--time-limit`` from now, else
+    ``SLURM_JOB_END_TIME`` (epoch seconds), whichever is earlier; 5 s are kept for the
+    writes in flight."""
+    import os
+    import re
+    import time
+
+    ends = []
+    if limit is not None:
+        text = limit.strip().lower()
+        m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+)(?::(\d+))?", text)
+        if m:
+            d, a, b, c = (int(x) if x else 0 for x in m.groups())
+            secs = d * 86400 + (a * 3600 + b * 60 + c if m[4] else a * 60 + b)
+        elif re.fullmatch(r"\d+(\.\d*)?[smhd]?", text):
+            unit = text[-1] if text[-1] in _UNITS else "s"
+            secs = float(text.rstrip("smhd")) * _UNITS[unit]
+        else:
+            raise _fail(f"--time-limit: not a duration: {limit!r} (e.g. 3600, 45m, 2h, 01:30:00)")
+        if secs <= 0:
+            raise _fail(f"--time-limit: must be > 0, got {limit!r}")
+        ends.append(time.time() + secs)
+    if env := os.environ.get("SLURM_JOB_END_TIME"):
+        try:
+            ends.append(float(env))
+        except ValueError:
+            raise _fail(f"SLURM_JOB_END_TIME: not a time in seconds: {env!r}") from None
+    return min(ends) - 5.0 if ends else None
+
+
+class _StopOnSignal:
+    """SIGTERM / SIGINT during ``bias-run``: stop taking batches, let the writes in flight
+    finish, exit ``128 + signal``.
+
+    Python runs a signal handler only between bytecodes of the main thread, which may
+    sit in a compiled JAX program for minutes; so the handler only sets ``event`` (the
+    engine checks it before each batch), and a watchdog thread woken through
+    ``signal.set_wakeup_fd`` (written by the C-level handler at once) ends the process
+    itself with ``os._exit`` if the main thread has not returned within ``grace``
+    seconds, or at a second signal. Every file is written to a temporary name and
+    renamed, so an exit mid-write leaves the realization incomplete (redone on resume)
+    and an orphaned temporary file that the resume removes. No exception is raised in
+    the main thread: a ``KeyboardInterrupt`` inside netCDF/HDF5 (the xarray writer held
+    a lock that its clean-up then waited for) is what hung Ctrl-C before.
+    """
+
+    def __init__(self, n_complete, grace: float = 5.0):
+        import threading
+
+        self.event, self.signum, self.name = threading.Event(), 0, ""
+        self._n_complete, self._grace, self._returned = n_complete, grace, threading.Event()
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        import signal
+        import socket
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._r, self._w = socket.socketpair()
+        self._w.setblocking(False)
+        self._old_fd = signal.set_wakeup_fd(self._w.fileno(), warn_on_full_buffer=False)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._saved[sig] = signal.signal(sig, self._note)
+        threading.Thread(target=self._watch, name="shearbatch-signals", daemon=True).start()
+        return self
+
+    def _note(self, signum: int, frame: Any) -> None:
+        pass  # the watchdog acts on the byte the C-level handler wrote for this signal
+
+    def _watch(self) -> None:
+        import os
+        import signal
+        import time
+
+        self._r.settimeout(0.2)
+        until, why = None, ""
+        while not self._returned.is_set():
+            try:
+                data = self._r.recv(1)
+            except TimeoutError:
+                if until is not None and time.monotonic() > until:
+                    why = f"{self.name}: the batch in flight did not end within {self._grace:.0f} s"
+                    break
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            if data[0] not in (signal.SIGINT, signal.SIGTERM):
+                continue
+            if until is not None:
+                why = f"second signal ({signal.Signals(data[0]).name})"
+                break
+            self.signum, self.name = data[0], signal.Signals(data[0]).name
+            self.event.set()
+            until = time.monotonic() + self._grace
+            logger.warning("%s: no new batch; waiting up to %.0f s for the batch and the writes "
+                           "in flight", self.name, self._grace)  # fmt: skip
+        else:
+            return
+        logger.warning("%s; abandoning it. %d realization(s) of this task complete; re-run "
+                       "the same command to resume", why, self._n_complete())  # fmt: skip
+        for h in logging.getLogger("shearbatch").handlers:
+            h.flush()
+        sys.stderr.flush()
+        os._exit(128 + self.signum)
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        self._returned.set()
+        if not self._saved:
+            return
+        signal.set_wakeup_fd(self._old_fd)
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        self._w.close()
+        self._r.close()
 
 
 def _preview(job: dict[str, Any], path: Path, n: int = 4, fitted: bool = False) -> None:

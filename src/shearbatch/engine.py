@@ -12,6 +12,7 @@ written normally.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,7 +31,8 @@ from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
 from .core.posterior import build_posterior
 from .core.priors import PRIOR_PULL_MAX, campaign_pull, prior_sd, shrinkage
-from .io import write_realization
+from .io import WriteError, WriterPool, clean_orphans, write_realization
+from .io.writer import describe_write_error
 from .spec import RunSpec
 
 __all__ = ["CampaignReport", "inference_program", "run_campaign"]
@@ -44,6 +46,10 @@ class CampaignReport(NamedTuple):
     failed: list[str]
     wall_s: float
     batch_times: list[float]
+    #: why the run stopped before its last batch: ``"signal"``, ``"time limit"`` or None
+    stopped: str | None = None
+    #: realizations written by this run
+    n_written: int = 0
 
 
 def inference_program(spec: RunSpec) -> tuple[Any, Callable[[jax.Array, jax.Array], Any]]:
@@ -59,6 +65,26 @@ def generate(spec: RunSpec, batch: Sequence[Realization]) -> SimBatch:
                     quarters, [r.noise_stream for r in batch])  # fmt: skip
 
 
+class _Serial:
+    """The ``--no-overlap`` path: each realization written in the calling thread."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def submit(self, directory: Path, record: dict[str, Any]) -> None:
+        try:
+            write_realization(directory, **record)
+        except Exception as err:
+            raise WriteError(describe_write_error(directory, err)) from err
+        self.written.append(str(directory))
+
+    def check(self) -> None:
+        pass
+
+    def close(self, abandon: bool = False, timeout: float | None = None) -> bool:
+        return True
+
+
 def run_campaign(
     spec: RunSpec,
     realizations: Sequence[Realization],
@@ -67,61 +93,110 @@ def run_campaign(
     batch_size: int,
     progress: bool = False,
     simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
+    overlap: bool = True,
+    writers: int = 2,
+    writer_kind: str = "thread",
+    stop: threading.Event | None = None,
+    deadline: float | None = None,
 ) -> CampaignReport:
     """Infer every realization and write its directory under ``output_dir``.
 
     ``batch_size`` is the lane count of the compiled program; a short batch is
     padded to it. ``simulate_fn`` replaces the generator (e.g. to inject a broken
     realization).
+
+    With ``overlap`` (default) batch k's realizations are written by a
+    :class:`~shearbatch.io.WriterPool` (``writers`` workers of ``writer_kind``)
+    while batch k+1 is simulated and inferred; at most two batches wait to be
+    written. Without it each realization is written before the next batch starts.
+    A set ``stop`` event (SIGTERM, Ctrl-C) or a ``deadline`` (``time.time()``
+    seconds) that the next batch would overrun, estimated from the batches so far,
+    stops the loop before its next batch; the writes already queued finish. A write
+    that fails raises :class:`~shearbatch.io.WriteError` (one line) once the writes
+    in flight have ended; every realization is then complete or absent.
     """
     simulate_fn, t_start, todo = simulate_fn or generate, time.perf_counter(), list(realizations)
     batches = make_batches(todo, batch_size)
     method, program = inference_program(spec)
     dtype = str(jnp.result_type(float))
-    n_ok, failed, times, pulls = 0, [], [], {}
+    status: dict[str, str] = {}
+    times, pulls, stopped = [], {}, None
     bar = _progress_bar(progress, len(todo), spec.method)
-    logger.info("campaign: %d realizations, %d batch(es) of %d lanes, method %s, %s",
-                len(todo), len(batches), batch_size, spec.method, dtype)  # fmt: skip
-    for ib, batch in enumerate(batches):
-        t0 = time.perf_counter()
-        padded = pad_to(batch, batch_size)
-        sim = simulate_fn(spec, padded)
-        obs = np.asarray(sim.images)
-        t1 = time.perf_counter()
-        keys = realization_keys([r.seed for r in padded], spec.rng_seed)
-        draws = jax.tree.map(np.asarray, program(keys, sim.images))
-        t_infer = time.perf_counter() - t1
-        report = {"index": ib, "size": batch_size, "n_real": len(batch)}
-        report.update(method.batch_report(draws) if method.batch_report else {})
-        if hint := report.pop("hint", None):
-            logger.info("batch %d: %s", ib + 1, hint)
-        for b, r in enumerate(batch):
-            lane = jax.tree.map(lambda a, b=b: a[b], draws)
-            rec = _records(spec, method, r, lane, obs[b], sim, b, dtype)
-            rec["convergence"].update(batch={**report, "lane": b}, runtime_s=t_infer / len(batch))
-            write_realization(out_dir(output_dir, r), observed=obs[b], **rec)
-            for site, v in rec["convergence"]["prior"].items():
-                pulls.setdefault(site, []).append(v["shrinkage"])
-            if rec["convergence"]["status"] == "ok":
-                n_ok += 1
-            else:
-                failed.append(r.run_id)
-                logger.warning("%s failed: %s", r.run_id, rec["convergence"]["reason"])
-        times.append(time.perf_counter() - t0)
+    logger.info("campaign: %d realizations, %d batch(es) of %d lanes, method %s, %s, %s",
+                len(todo), len(batches), batch_size, spec.method, dtype,
+                f"{writers} background {writer_kind} writer(s)" if overlap else "serial writes")  # fmt: skip
+    if n_orphans := sum(clean_orphans(out_dir(output_dir, r)) for r in todo):
+        logger.info("removed %d temporary file(s) left by a killed run", n_orphans)
+    sink = WriterPool(writers, 2 * batch_size, writer_kind) if overlap else _Serial()
+    try:
+        for ib, batch in enumerate(batches):
+            if stop is not None and stop.is_set():
+                stopped = "signal"
+                break
+            if deadline is not None and not _fits(times, deadline):
+                stopped = "time limit"
+                break
+            sink.check()
+            t0 = time.perf_counter()
+            padded = pad_to(batch, batch_size)
+            sim = simulate_fn(spec, padded)
+            obs = np.asarray(sim.images)
+            t1 = time.perf_counter()
+            keys = realization_keys([r.seed for r in padded], spec.rng_seed)
+            draws = jax.tree.map(np.asarray, program(keys, sim.images))
+            t_infer = time.perf_counter() - t1
+            report = {"index": ib, "size": batch_size, "n_real": len(batch)}
+            report.update(method.batch_report(draws) if method.batch_report else {})
+            if hint := report.pop("hint", None):
+                logger.info("batch %d: %s", ib + 1, hint)
+            for b, r in enumerate(batch):
+                lane = jax.tree.map(lambda a, b=b: a[b], draws)
+                rec = _records(spec, method, r, lane, obs[b], sim, b, dtype)
+                rec["convergence"].update(
+                    batch={**report, "lane": b}, runtime_s=t_infer / len(batch)
+                )
+                sink.submit(out_dir(output_dir, r), {"observed": obs[b], **rec})
+                for site, v in rec["convergence"]["prior"].items():
+                    pulls.setdefault(site, []).append(v["shrinkage"])
+                status[str(out_dir(output_dir, r))] = rec["convergence"]["status"]
+                if rec["convergence"]["status"] != "ok":
+                    logger.warning("%s failed: %s", r.run_id, rec["convergence"]["reason"])
+            times.append(time.perf_counter() - t0)
+            if bar is not None:
+                bar.update(len(batch))
+            logger.info("batch %d/%d: %d realization(s) in %.2f s (simulation %.2f s, inference "
+                        "%.2f s)", ib + 1, len(batches), len(batch), times[-1], t1 - t0, t_infer)  # fmt: skip
+    except BaseException:
+        sink.close(abandon=True)
+        raise
+    finally:
         if bar is not None:
-            bar.update(len(batch))
-        logger.info("batch %d/%d: %d realization(s) in %.2f s (simulation %.2f s, inference "
-                    "%.2f s)", ib + 1, len(batches), len(batch), times[-1], t1 - t0, t_infer)  # fmt: skip
-    if bar is not None:
-        bar.close()
+            bar.close()
+    sink.close()
+    sink.check()
+    written = set(sink.written)
+    n_ok = sum(1 for d in written if status.get(d) == "ok")
+    failed = sorted(Path(d).name for d in written if status.get(d) != "ok")
     wall = time.perf_counter() - t_start
     if (pull := campaign_pull(pulls)) is not None and pull > PRIOR_PULL_MAX:
         logger.warning("prior-dominated: the shear prior pulls each estimate towards its mean by "
                        "a median %.2g of the shear (m shifted by about -%.2g); use the default "
                        "flat prior (gal.shear.type: UniformDisk) for calibration campaigns",
                        pull, pull)  # fmt: skip
+    if stopped:
+        logger.warning("stopped before batch %d of %d (%s)", len(times) + 1, len(batches), stopped)
     logger.info("campaign done: %d ok, %d failed in %.1f s", n_ok, len(failed), wall)
-    return CampaignReport(n_ok, len(failed), failed, wall, times)
+    return CampaignReport(n_ok, len(failed), failed, wall, times, stopped, len(written))
+
+
+def _fits(times: Sequence[float], deadline: float) -> bool:
+    """Whether one more batch can end before ``deadline``: its cost is estimated as
+    1.5x the slowest of the last three batches (the first batch, which compiles, is
+    only used while nothing else is known)."""
+    if not times:
+        return time.time() < deadline
+    recent = list(times[1:][-3:]) or list(times[:1])
+    return time.time() + 1.5 * max(recent) <= deadline
 
 
 def out_dir(root: str | Path, r: Realization) -> Path:

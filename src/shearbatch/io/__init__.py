@@ -8,13 +8,25 @@ from .layout import (
     find_realization_dirs,
     realization_status,
 )
-from .writer import read_json, read_posterior, to_strict_json, write_json, write_realization
+from .writer import (
+    WriteError,
+    WriterPool,
+    clean_orphans,
+    read_json,
+    read_posterior,
+    to_strict_json,
+    write_json,
+    write_realization,
+)
 
 __all__ = [
     "CONVERGENCE",
     "FILES",
     "POSTERIOR",
     "TRUTH",
+    "WriteError",
+    "WriterPool",
+    "clean_orphans",
     "find_realization_dirs",
     "read_json",
     "read_posterior",

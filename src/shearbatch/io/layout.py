@@ -2,7 +2,7 @@
 
 ``<output-dir>/<run_id>/`` holds ``truth.json``, ``posterior.nc`` and
 ``convergence.json``. Every file is written to a temporary name
-(``.<name>.<random>.tmp``) in the same directory and renamed into place;
+(``.<name>.<host>.<pid>.<random>.tmp``) in the same directory and renamed into place;
 ``convergence.json`` is written last (and removed first when a directory is
 redone), so a directory holding a readable one is complete. Nothing else in
 the package knows these names.

@@ -6,36 +6,74 @@
 - ``posterior.nc``: ArviZ InferenceData layout in netCDF4 (one group each):
   ``posterior`` (``g1``, ``g2`` with dims exactly (chain, draw); per-galaxy
   latents with dims (chain, draw, galaxy)), ``sample_stats`` (chain, draw),
-  ``observed_data`` (``obs`` with dims (galaxy, y, x)). Root attrs:
-  inference_method, run_id, seed, g1_true, g2_true, batch_size, shearbatch
-  version, config hash.
+  ``observed_data`` (``obs`` with dims (galaxy, y, x)); ``chain``, ``draw`` and
+  ``galaxy`` coordinate variables; ``units`` and ``long_name`` on the variables
+  of :mod:`shearbatch.io.variables`; float variables carry ``_FillValue = NaN``
+  (what xarray writes). Root attrs: inference_method, run_id, seed, g1_true,
+  g2_true, batch_size, shearbatch version, config hash. Written with netCDF4
+  directly (measured ~2.5x cheaper per file than building an xarray DataTree,
+  ``bench/bench_throughput.py``); the file reads back with ``xarray.open_datatree``
+  and ``arviz.from_netcdf`` exactly as before.
 - ``convergence.json``: method-aware diagnostics and ``status`` ("ok" or
   "failed" with a ``reason``); strict JSON (non-finite numbers become null).
 
-Every file goes to a temporary name in the same directory and is renamed into
-place; ``convergence.json`` is written last (and removed first when a directory
-is redone), so a directory holding it is complete.
+Every file goes to a temporary name ``.<name>.<host>.<pid>.<random>.tmp`` in the
+same directory, created with the user's umask, and is renamed into place;
+``convergence.json`` is written last (and removed first when a directory is
+redone), so a directory holding it is complete. A write that fails removes what
+it wrote of that realization (it is then absent, not half there). A process
+killed mid-write leaves its temporary file behind; :func:`clean_orphans` removes
+those whose host is this one and whose pid is no longer alive (provably not in
+use by a running writer).
+
+:class:`WriterPool` writes in background threads (or spawned processes) through a
+bounded queue, so the engine computes the next batch while this one is written.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
+import logging
 import math
+import multiprocessing
 import os
-import tempfile
+import queue
+import re
+import secrets
+import signal
+import socket
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from .. import __version__
-from .layout import CONVERGENCE, POSTERIOR, TRUTH
-from .variables import annotate
+from .layout import CONVERGENCE, FILES, POSTERIOR, TRUTH
+from .variables import VARIABLES
 
-__all__ = ["read_json", "read_posterior", "to_strict_json", "write_json", "write_realization"]
+__all__ = [
+    "WriteError",
+    "WriterPool",
+    "clean_orphans",
+    "read_json",
+    "read_posterior",
+    "to_strict_json",
+    "write_json",
+    "write_realization",
+]
+
+logger = logging.getLogger(__name__)
+
+#: netCDF-C and HDF5 are not thread-safe: one netCDF file is written at a time per process
+_NC_LOCK = threading.Lock()
+
+
+class WriteError(RuntimeError):
+    """A realization could not be written (disk full, directory unwritable, ...): one line."""
 
 
 def to_strict_json(obj: Any) -> Any:
@@ -56,25 +94,77 @@ def to_strict_json(obj: Any) -> Any:
     return obj
 
 
+# --------------------------------------------------------------------------- atomic files
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+_TMP = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
+
+
+def _tmp_path(path: Path) -> Path:
+    """A fresh temporary name next to ``path``, created empty with the user's umask."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:  # pragma: no cover - 32 random bits
+            continue
+        return tmp
+
+
 def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = _tmp_path(path)
     try:
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_orphans(directory: str | Path) -> int:
+    """Remove the temporary files in ``directory`` left by killed writers of THIS host
+    (their pid is dead); returns how many. Files of other hosts or of live processes
+    (a concurrent task) are left alone."""
+    n, host = 0, _host()
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for e in entries:
+        m = _TMP.match(e.name)
+        if not m or m["name"] not in FILES or m["host"] != host:
+            continue
+        pid = int(m["pid"])
+        if pid != os.getpid() and not _pid_alive(pid):
+            Path(e.path).unlink(missing_ok=True)
+            n += 1
+    return n
+
+
 def write_json(path: Path, obj: Any) -> None:
-    def w(tmp: str) -> None:
+    def w(tmp: Path) -> None:
         with open(tmp, "w") as fh:
             json.dump(to_strict_json(obj), fh, indent=2, allow_nan=False)
             fh.write("\n")
 
     _atomic_write(path, w)
+
+
+# --------------------------------------------------------------------------- posterior.nc
 
 
 def _dims(name: str, arr: np.ndarray, lead: tuple[str, ...]) -> tuple[str, ...]:
@@ -86,40 +176,74 @@ def _dims(name: str, arr: np.ndarray, lead: tuple[str, ...]) -> tuple[str, ...]:
     raise ValueError(f"{name}: unexpected shape {arr.shape}")
 
 
-def _posterior_tree(
+def _put(group, name: str, data: np.ndarray, dims: tuple[str, ...]) -> None:
+    """One variable encoded as xarray encodes it: floats with ``_FillValue = NaN``,
+    booleans as int8 with ``dtype: "bool"``, integers without a fill value."""
+    data = np.ascontiguousarray(data)
+    attrs = {}
+    if data.dtype == np.bool_:
+        data, attrs = data.astype(np.int8), {"dtype": "bool"}
+    if name in VARIABLES and name not in dims:  # units and long_name (io/variables.py)
+        attrs["units"], attrs["long_name"] = VARIABLES[name]
+    fill = np.array(np.nan, data.dtype) if data.dtype.kind == "f" else None
+    var = group.createVariable(name, data.dtype, dims, fill_value=fill)
+    if attrs:
+        var.setncatts(attrs)
+    var[:] = data
+
+
+def _group(root, name: str, variables: Mapping[str, tuple[tuple[str, ...], np.ndarray]],
+           coords: Mapping[str, int], group_attrs: Mapping[str, str]):  # fmt: skip
+    g = root.createGroup(name)
+    g.setncatts(dict(group_attrs))
+    for dim, size in _dim_sizes(variables).items():
+        g.createDimension(dim, size)
+    for k, (dims, arr) in variables.items():
+        _put(g, k, arr, dims)
+    for dim, size in coords.items():
+        _put(g, dim, np.arange(size), (dim,))
+    return g
+
+
+def _dim_sizes(variables) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for k, (dims, arr) in variables.items():
+        for d, n in zip(dims, arr.shape, strict=True):
+            if sizes.setdefault(d, n) != n:
+                raise ValueError(f"{k}: dimension {d} has size {n}, elsewhere {sizes[d]}")
+    return sizes
+
+
+def write_posterior_nc(
+    path: str | Path,
     posterior: Mapping[str, np.ndarray],
     sample_stats: Mapping[str, np.ndarray],
     observed: np.ndarray,
     attrs: Mapping[str, Any],
-) -> xr.DataTree:
-    post = xr.Dataset(
-        {
-            k: (_dims(k, np.asarray(v), ("chain", "draw")), np.asarray(v))
-            for k, v in posterior.items()
-        }
-    )
-    n_chain, n_draw = next(iter(post.data_vars.values())).shape[:2]
-    coords = {"chain": np.arange(n_chain), "draw": np.arange(n_draw)}
-    if "galaxy" in post.dims:
-        coords["galaxy"] = np.arange(post.sizes["galaxy"])
-    post = post.assign_coords(coords)
-    stats = xr.Dataset(
-        {k: (("chain", "draw"), np.asarray(v)) for k, v in sample_stats.items()}
-    ).assign_coords(chain=coords["chain"], draw=coords["draw"])
-    obs = xr.Dataset({"obs": (("galaxy", "y", "x"), np.asarray(observed))}).assign_coords(
-        galaxy=np.arange(observed.shape[0])
-    )
+) -> None:
+    """``posterior.nc`` at ``path`` (not atomic by itself), written with netCDF4."""
+    import netCDF4
+
+    lead = ("chain", "draw")
+    post = {k: (_dims(k, np.asarray(v), lead), np.asarray(v)) for k, v in posterior.items()}
+    stats = {k: (lead, np.asarray(v)) for k, v in sample_stats.items()}
+    obs = np.asarray(observed)
+    n_chain, n_draw = next(iter(post.values()))[1].shape[:2]
+    post_coords = {"chain": n_chain, "draw": n_draw}
+    if (n_gal := _dim_sizes(post).get("galaxy")) is not None:
+        post_coords["galaxy"] = n_gal
     created = datetime.now(UTC).isoformat(timespec="seconds")
     group_attrs = {"created_at": created, "inference_library": "shearbatch"}
-    for ds in (post, stats, obs):
-        ds.attrs.update(group_attrs)
-        annotate(ds)  # units and long_name (io/variables.py)
     root_attrs = {k: v for k, v in to_strict_json(dict(attrs)).items() if v is not None}
     root_attrs.setdefault("shearbatch_version", __version__)
-    root = xr.Dataset(attrs=root_attrs)
-    return xr.DataTree.from_dict(
-        {"/": root, "posterior": post, "sample_stats": stats, "observed_data": obs}
-    )
+    with _NC_LOCK, netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
+        ds.set_fill_off()  # every variable is written in full: no fill pass first
+        ds.set_auto_maskandscale(False)
+        ds.setncatts({k: int(v) if isinstance(v, bool) else v for k, v in root_attrs.items()})
+        _group(ds, "posterior", post, post_coords, group_attrs)
+        _group(ds, "sample_stats", stats, {"chain": n_chain, "draw": n_draw}, group_attrs)
+        obs_vars = {"obs": (("galaxy", "y", "x"), obs)}
+        _group(ds, "observed_data", obs_vars, {"galaxy": obs.shape[0]}, group_attrs)
 
 
 def write_realization(
@@ -132,14 +256,29 @@ def write_realization(
     truth: Mapping[str, Any],
     convergence: Mapping[str, Any],
 ) -> Path:
-    """Write one realization's three files atomically; ``convergence.json`` last."""
+    """Write one realization's three files atomically; ``convergence.json`` last.
+
+    On failure the files this call wrote are removed (the realization is absent or,
+    if its directory held other files, incomplete) and the error propagates.
+    """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / CONVERGENCE).unlink(missing_ok=True)  # a redone directory is incomplete meanwhile
-    write_json(d / TRUTH, truth)
-    tree = _posterior_tree(posterior, sample_stats, observed, attrs)
-    _atomic_write(d / POSTERIOR, lambda tmp: tree.to_netcdf(tmp, engine="netcdf4"))
-    write_json(d / CONVERGENCE, convergence)
+    try:
+        write_json(d / TRUTH, truth)
+        _atomic_write(
+            d / POSTERIOR,
+            lambda tmp: write_posterior_nc(tmp, posterior, sample_stats, observed, attrs),
+        )
+        write_json(d / CONVERGENCE, convergence)
+    except BaseException:
+        for name in (CONVERGENCE, POSTERIOR, TRUTH):
+            (d / name).unlink(missing_ok=True)
+        try:
+            d.rmdir()  # only if nothing else is in it
+        except OSError:
+            pass
+        raise
     return d
 
 
@@ -150,5 +289,117 @@ def read_json(path: str | Path) -> Any:
 
 def read_posterior(path: str | Path) -> dict[str, np.ndarray]:
     """Posterior draws of ``posterior.nc`` as ``{name: array (chain, draw, ...)}``."""
+    import xarray as xr
+
     with xr.open_dataset(path, group="posterior", engine="netcdf4") as ds:
         return {k: np.asarray(v.values) for k, v in ds.data_vars.items()}
+
+
+# --------------------------------------------------------------------------- background writers
+
+
+def describe_write_error(directory: str | Path, err: BaseException) -> str:
+    """One line: what could not be written and why (free space named when low)."""
+    why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    why = why.strip().splitlines()[0] if why.strip() else type(err).__name__
+    try:
+        st = os.statvfs(next(p for p in (Path(directory), *Path(directory).parents) if p.exists()))
+        free = st.f_bavail * st.f_frsize
+        if free < 16 << 20 and "No space left" not in why:
+            why += f" (the device is full: {free // 1024} KiB free)"
+    except (OSError, StopIteration):
+        pass
+    return f"cannot write {directory}: {why}"
+
+
+def _write_job(directory: str, record: dict[str, Any]) -> str:
+    write_realization(directory, **record)
+    return directory
+
+
+def _ignore_signals() -> None:  # pragma: no cover - runs in a writer process
+    # the parent decides what a signal means and stops its writers itself
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class WriterPool:
+    """Writes realizations in the background through a bounded queue.
+
+    ``submit`` blocks while ``max_pending`` realizations are waiting (memory stays
+    bounded) and raises :class:`WriteError` once any write has failed; after a
+    failure the queued writes are dropped (those realizations stay absent). ``kind``:
+    ``"thread"`` (netCDF writes serialised by a lock, JSON in parallel) or
+    ``"process"`` (spawned processes, which import no JAX; a record is pickled).
+    """
+
+    def __init__(self, workers: int = 2, max_pending: int = 128, kind: str = "thread"):
+        if kind not in ("thread", "process"):
+            raise ValueError(f"writer kind must be 'thread' or 'process', got {kind!r}")
+        self.kind, self.written = kind, []
+        self._error: WriteError | None = None
+        self._abandon = threading.Event()
+        self._slots = threading.BoundedSemaphore(max(1, max_pending))
+        if kind == "thread":
+            self._q: queue.Queue = queue.Queue()
+            self._threads = [
+                threading.Thread(target=self._work, name=f"shearbatch-writer-{i}", daemon=True)
+                for i in range(workers)
+            ]
+            for t in self._threads:
+                t.start()
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            self._ex = cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_ignore_signals)
+
+    @property
+    def error(self) -> WriteError | None:
+        return self._error
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, directory: str | Path, record: dict[str, Any]) -> None:
+        while not self._slots.acquire(timeout=0.1):
+            self.check()
+        self.check()
+        if self.kind == "thread":
+            self._q.put((str(directory), record))
+        else:
+            fut = self._ex.submit(_write_job, str(directory), record)
+            fut.add_done_callback(lambda f, d=str(directory): self._done(d, f.exception()))
+
+    def _done(self, directory: str, err: BaseException | None) -> None:
+        if err is None:
+            self.written.append(directory)
+        elif self._error is None:
+            self._error = WriteError(describe_write_error(directory, err))
+            self._abandon.set()
+        self._slots.release()
+
+    def _work(self) -> None:
+        while (job := self._q.get()) is not None:
+            if self._abandon.is_set():
+                self._slots.release()
+                continue
+            try:
+                _write_job(*job)
+            except Exception as err:
+                self._done(job[0], err)
+            else:
+                self._done(job[0], None)
+
+    def close(self, abandon: bool = False, timeout: float | None = None) -> bool:
+        """Wait for the writes in flight (all queued ones unless ``abandon``); True when
+        every writer finished within ``timeout``."""
+        if abandon:
+            self._abandon.set()
+        if self.kind == "thread":
+            for _ in self._threads:
+                self._q.put(None)
+            for t in self._threads:
+                t.join(timeout)
+            return not any(t.is_alive() for t in self._threads)
+        self._ex.shutdown(wait=True, cancel_futures=abandon)
+        return True

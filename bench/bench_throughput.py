@@ -1,0 +1,173 @@
+"""Campaign throughput: realizations/s of a Level 0 MAP campaign, overlapped vs serial writes.
+
+``shearbatch.engine.run_campaign`` as ``bias-run`` calls it (simulate -> batched MAP +
+Laplace -> write three files per realization), in this process, float64:
+
+1. The target: ``--n`` (1024) realizations at batch ``--batch-size`` (64), serial
+   writes (``--no-overlap``) and background writers (threads, and spawned processes),
+   one after the other in this run; throughput after the first batch (which compiles).
+2. The sweep: realizations/s against batch size ``--batches`` (1 .. 1024), serial vs
+   overlapped, ``max(--sweep-n, 2 x batch)`` realizations each.
+3. The cost of one ``posterior.nc``: xarray ``DataTree.to_netcdf`` (the writer before)
+   vs netCDF4 directly (the writer now), CPU ms per file, median of ``--files``.
+
+The compiled program comes from a persistent compilation cache in a temporary directory
+(filled by the first mode of each batch size), so only the first batch of each run pays
+the trace. Prints the figures, writes ``results/benchmarks/throughput.json`` and a PNG::
+
+    .venv/bin/python bench/bench_throughput.py [--n 1024] [--batches 1 4 16 64 256 1024]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+import _harness as h
+
+GRID = (-0.05, -0.02, 0.02, 0.05)
+MODES = {"serial": {"overlap": False}, "threads": {"overlap": True},
+         "processes": {"overlap": True, "writer_kind": "process"}}  # fmt: skip
+
+
+def campaign(spec, n: int, batch: int, out: Path, mode: str) -> dict[str, Any]:
+    from shearbatch.campaign import plan_campaign
+    from shearbatch.engine import run_campaign
+
+    plan = plan_campaign(GRID, n_realizations=-(-n // len(GRID)))[:n]
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    rep = run_campaign(spec, plan, output_dir=out, batch_size=batch, **MODES[mode])
+    wall = time.perf_counter() - t0
+    assert rep.n_ok == n, f"{mode}: {rep.n_ok} of {n} ok"
+    first = rep.batch_times[0]
+    rest = n - min(batch, n)
+    shutil.rmtree(out)
+    return {
+        "n": n, "batch_size": batch, "mode": mode, "wall_s": wall, "first_batch_s": first,
+        "post_compile_s": wall - first,
+        "realizations_per_s": rest / (wall - first) if rest else None,
+        "load_average": [load0, os.getloadavg()[0]],
+    }  # fmt: skip
+
+
+def write_cost(n_files: int, tmp: Path) -> dict[str, Any]:
+    import xarray as xr
+
+    from shearbatch.io.writer import write_posterior_nc
+
+    rng = np.random.default_rng(0)
+    post = {"g1": rng.normal(size=(1, 1000)), "g2": rng.normal(size=(1, 1000))}
+    stats = {"laplace_log_q": rng.normal(size=(1, 1000))}
+    obs = rng.normal(size=(1, 48, 48))
+    attrs = {"inference_method": "map", "run_id": "r", "seed": 0, "batch_size": 64}
+
+    def with_xarray(path):
+        c = {"chain": np.arange(1), "draw": np.arange(1000)}
+        tree = xr.DataTree.from_dict({
+            "/": xr.Dataset(attrs=attrs),
+            "posterior": xr.Dataset({k: (("chain", "draw"), v) for k, v in post.items()}, c),
+            "sample_stats": xr.Dataset({k: (("chain", "draw"), v) for k, v in stats.items()}, c),
+            "observed_data": xr.Dataset({"obs": (("galaxy", "y", "x"), obs)},
+                                        {"galaxy": np.arange(1)}),
+        })  # fmt: skip
+        tree.to_netcdf(path, engine="netcdf4")
+
+    out = {}
+    for name, fn in (("xarray_datatree", with_xarray),
+                     ("netcdf4_direct", lambda p: write_posterior_nc(p, post, stats, obs, attrs))):  # fmt: skip
+        cpu, wall = [], []
+        for i in range(n_files):
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn(tmp / f"{name}{i}.nc")
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - t0)
+        out[name] = {"cpu_ms": 1e3 * h.median(cpu), "wall_ms": 1e3 * h.median(wall)}
+    out["ratio_cpu"] = out["xarray_datatree"]["cpu_ms"] / out["netcdf4_direct"]["cpu_ms"]
+    return out
+
+
+def plot(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode in ("serial", "threads"):
+        rows = [r for r in res["sweep"] if r["mode"] == mode and r["realizations_per_s"]]
+        ax.plot([r["batch_size"] for r in rows], [r["realizations_per_s"] for r in rows],
+                "o-", label="overlapped writes" if mode == "threads" else "serial writes")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (lanes)")
+    ax.set_ylabel("realizations / s after the first batch")
+    ax.set_title(f"Level 0 MAP, float64, {res['device']} x{res['cpu_count']} CPUs (shared)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = h.parser(__doc__, "throughput", repeats=1)
+    ap.add_argument("--n", type=int, default=1024, help="realizations of the target campaign")
+    ap.add_argument("--batch-size", type=int, default=64, help="batch of the target campaign")
+    ap.add_argument("--batches", type=int, nargs="*", default=[1, 4, 16, 64, 256, 1024])
+    ap.add_argument("--sweep-n", type=int, default=256, help="realizations per sweep point")
+    ap.add_argument("--stamp", type=int, default=48, help="stamp size in pixels")
+    ap.add_argument("--files", type=int, default=50, help="files timed per writer")
+    ap.add_argument("--no-processes", action="store_true", help="skip the process writers")
+    args = ap.parse_args()
+
+    from shearbatch import runtime
+    from shearbatch.schema import load_config
+    from shearbatch.spec import run_spec
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_throughput_"))
+    runtime.configure(True, str(tmp / "cache"))
+    res = h.provenance("float64")
+    h.banner(res)
+    res["settings"] = h.settings(args)
+    raw = yaml.safe_load((h.ROOT / "configs" / "level0.yaml").read_text())
+    raw["image"].update(size_x=args.stamp, size_y=args.stamp)
+    (tmp / "cfg.yaml").write_text(yaml.safe_dump(raw))
+    spec = run_spec(load_config(tmp / "cfg.yaml"))
+
+    res["write_cost"] = wc = write_cost(args.files, tmp)
+    print(f"posterior.nc: xarray {wc['xarray_datatree']['cpu_ms']:.1f} ms CPU, netCDF4 "
+          f"{wc['netcdf4_direct']['cpu_ms']:.1f} ms CPU per file ({wc['ratio_cpu']:.1f}x)")  # fmt: skip
+    table = h.Table([("n", "6d"), ("batch", "6d"), ("mode", "10s"), ("wall s", "8.1f"),
+                     ("1st batch s", "11.1f"), ("real/s", "8.1f"), ("load", "5.1f")])  # fmt: skip
+    modes = ["serial", "threads"] + ([] if args.no_processes else ["processes"])
+    res["target"] = []
+    for mode in modes * args.repeats:
+        r = campaign(spec, args.n, args.batch_size, tmp / "out", mode)
+        res["target"].append(r)
+        table.row(r["n"], r["batch_size"], mode, r["wall_s"], r["first_batch_s"],
+                  r["realizations_per_s"], r["load_average"][1])  # fmt: skip
+    by = {m: h.median([r["realizations_per_s"] for r in res["target"] if r["mode"] == m])
+          for m in modes}  # fmt: skip
+    res["speedup"] = {m: by[m] / by["serial"] for m in modes if m != "serial"}
+    print("post-compile speed-up over serial writes: "
+          + ", ".join(f"{m} {v:.2f}x" for m, v in res["speedup"].items()))  # fmt: skip
+    res["sweep"] = []
+    for b in args.batches:
+        for mode in ("serial", "threads"):
+            r = campaign(spec, max(args.sweep_n, 2 * b), b, tmp / "out", mode)
+            res["sweep"].append(r)
+            table.row(r["n"], b, mode, r["wall_s"], r["first_batch_s"],
+                      r["realizations_per_s"], r["load_average"][1])  # fmt: skip
+    h.write_json(res, args.out)
+    plot(res, args.out.with_suffix(".png"))
+    print(f"plot: {h.rel(args.out.with_suffix('.png'))}")
+    shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    main()
