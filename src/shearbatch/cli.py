@@ -663,14 +663,28 @@ def _show_config(kw: dict[str, Any]) -> int:
 def _compile_first(job: dict[str, Any], cache: str) -> None:
     """Compile (or load) this campaign's generator and inference program while holding the
     cache's lock, so that array tasks starting together compile once between them: the
-    first one compiles and writes the cache, the others wait and only read it."""
+    first one compiles, writes the cache and leaves a marker (``.compiled-<key>``, the key
+    hashing the config, method, lanes, precision, JAX version and devices); the others
+    wait, see the marker and go on to read the cache (no second trace of the program)."""
+    import hashlib
+    import json
+
     import jax
 
     from .core.batching import pad_to, realization_keys
     from .engine import generate, inference_program
 
     spec, lanes = job["spec"], job["batch_size"]
+    devs = jax.devices()
+    what = [spec.config_hash, spec.method, spec.precision, lanes, jax.__version__,
+            devs[0].platform, devs[0].device_kind, len(devs)]  # fmt: skip
+    key = hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
     with runtime.compile_lock(cache) as waited:
+        marker = Path(cache) / f".compiled-{key}"
+        if marker.exists():
+            logger.info("compile lock (waited %.1f s): the cache already holds the campaign's "
+                        "%d-lane programs", waited, lanes)  # fmt: skip
+            return
         before = dict(runtime.CACHE_EVENTS)
         padded = pad_to(job["todo"][:lanes], lanes)
         sim = generate(spec, padded)
@@ -678,6 +692,7 @@ def _compile_first(job: dict[str, Any], cache: str) -> None:
         _, program = inference_program(spec)
         jax.block_until_ready(sim.images)
         program.lower(keys, sim.images).compile()
+        marker.touch()
         ev = runtime.CACHE_EVENTS
         logger.info("compile lock (waited %.1f s): %d cache hit(s), %d miss(es) for the "
                     "campaign's %d-lane programs", waited, ev["hits"] - before["hits"],
