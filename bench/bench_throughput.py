@@ -9,7 +9,12 @@ Laplace -> write three files per realization), in this process, float64:
 2. The sweep: realizations/s against batch size ``--batches`` (1 .. 1024), serial vs
    overlapped, ``max(--sweep-n, 2 x batch)`` realizations each.
 3. The cost of one ``posterior.nc``: xarray ``DataTree.to_netcdf`` (the writer before)
-   vs netCDF4 directly (the writer now), CPU ms per file, median of ``--files``.
+   vs netCDF4 directly (the writer now), CPU ms per file, median of ``--files``; and
+   the CPU time per realization of its inference (one batch of ``--batch-size``, after
+   compilation) and of writing its three files: on a machine with a free core,
+   overlapping can at best hide the smaller of the two, so the speed-up over serial
+   writes is bounded by ``(inference + write) / max(inference, write)``.
+   ``--only-costs`` measures this part alone.
 
 The compiled program comes from a persistent compilation cache in a temporary directory
 (filled by the first mode of each batch size), so only the first batch of each run pays
@@ -94,24 +99,56 @@ def write_cost(n_files: int, tmp: Path) -> dict[str, Any]:
     return out
 
 
-def plot(res: dict[str, Any], path: Path) -> None:
-    import matplotlib
+def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
+    import jax
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shearbatch.campaign import plan_campaign
+    from shearbatch.core.batching import realization_keys
+    from shearbatch.engine import _records, generate, inference_program
+    from shearbatch.io import write_realization
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for mode in ("serial", "threads"):
+    plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
+    method, program = inference_program(spec)
+    sim = generate(spec, plan)
+    keys = realization_keys([r.seed for r in plan], spec.rng_seed)
+    _, _, draws = h.time_calls(program, (keys, sim.images), 0)  # compile (persistent cache)
+    cpu = []
+    for _ in range(3):
+        c0 = time.process_time()
+        draws = jax.tree.map(np.asarray, program(keys, sim.images))
+        cpu.append((time.process_time() - c0) / batch)
+    obs, write = np.asarray(sim.images), []
+    for b, r in enumerate(plan):
+        lane = jax.tree.map(lambda a, b=b: a[b], draws)
+        c0 = time.process_time()
+        rec = _records(spec, method, r, lane, obs[b], sim, b, "float64")
+        write_realization(tmp / "cpu" / r.run_id, observed=obs[b], **rec)
+        write.append(time.process_time() - c0)
+    inf_ms, write_ms = 1e3 * h.median(cpu), 1e3 * h.median(write)
+    return {"batch_size": batch, "inference_cpu_ms": inf_ms, "records_and_write_cpu_ms": write_ms,
+            "overlap_speedup_bound": (inf_ms + write_ms) / max(inf_ms, write_ms)}  # fmt: skip
+
+
+def draw(fig, res: dict[str, Any]) -> None:
+    """Left: realizations/s vs batch size, serial vs overlapped; right: the 1024-realization
+    campaign at batch 64 per writer mode."""
+    ax, bx = fig.subplots(1, 2)
+    for mode, label in (("serial", "serial writes"), ("threads", "overlapped (threads)")):
         rows = [r for r in res["sweep"] if r["mode"] == mode and r["realizations_per_s"]]
         ax.plot([r["batch_size"] for r in rows], [r["realizations_per_s"] for r in rows],
-                "o-", label="overlapped writes" if mode == "threads" else "serial writes")  # fmt: skip
+                "o-", label=label)  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (lanes)")
     ax.set_ylabel("realizations / s after the first batch")
-    ax.set_title(f"Level 0 MAP, float64, {res['device']} x{res['cpu_count']} CPUs (shared)")
+    ax.set_title("Level 0 MAP, float64: sweep")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    target = res["target"]
+    bx.bar([r["mode"] for r in target], [r["realizations_per_s"] for r in target])
+    for i, r in enumerate(target):
+        bx.text(i, r["realizations_per_s"], f"{r['realizations_per_s']:.1f}", ha="center",
+                va="bottom")  # fmt: skip
+    bx.set_ylabel("realizations / s after the first batch")
+    bx.set_title(f"{target[0]['n']} realizations, batch {target[0]['batch_size']}: writers")
 
 
 def main() -> None:
@@ -123,6 +160,7 @@ def main() -> None:
     ap.add_argument("--stamp", type=int, default=48, help="stamp size in pixels")
     ap.add_argument("--files", type=int, default=50, help="files timed per writer")
     ap.add_argument("--no-processes", action="store_true", help="skip the process writers")
+    ap.add_argument("--only-costs", action="store_true", help="part 3 only")
     args = ap.parse_args()
 
     from shearbatch import runtime
@@ -142,6 +180,14 @@ def main() -> None:
     res["write_cost"] = wc = write_cost(args.files, tmp)
     print(f"posterior.nc: xarray {wc['xarray_datatree']['cpu_ms']:.1f} ms CPU, netCDF4 "
           f"{wc['netcdf4_direct']['cpu_ms']:.1f} ms CPU per file ({wc['ratio_cpu']:.1f}x)")  # fmt: skip
+    res["cpu_per_realization"] = cp = cpu_per_realization(spec, args.batch_size, tmp)
+    print(f"CPU per realization at batch {cp['batch_size']}: inference "
+          f"{cp['inference_cpu_ms']:.1f} ms, records + three files {cp['records_and_write_cpu_ms']:.1f}"
+          f" ms: overlap can gain at most {cp['overlap_speedup_bound']:.2f}x")  # fmt: skip
+    if args.only_costs:
+        h.write_json(res, args.out)
+        shutil.rmtree(tmp)
+        return
     table = h.Table([("n", "6d"), ("batch", "6d"), ("mode", "10s"), ("wall s", "8.1f"),
                      ("1st batch s", "11.1f"), ("real/s", "8.1f"), ("load", "5.1f")])  # fmt: skip
     modes = ["serial", "threads"] + ([] if args.no_processes else ["processes"])
@@ -163,9 +209,7 @@ def main() -> None:
             res["sweep"].append(r)
             table.row(r["n"], b, mode, r["wall_s"], r["first_batch_s"],
                       r["realizations_per_s"], r["load_average"][1])  # fmt: skip
-    h.write_json(res, args.out)
-    plot(res, args.out.with_suffix(".png"))
-    print(f"plot: {h.rel(args.out.with_suffix('.png'))}")
+    h.write_json(res, args.out, draw)
     shutil.rmtree(tmp)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from . import __version__
 from .campaign import Realization, make_batches
 from .core import flags as fl
-from .core.batching import batched, pad_to, realization_keys
+from .core.batching import batched, lane_mesh, lanes_for, pad_to, realization_keys
 from .core.generate import FIELDS, SimBatch, simulate
 from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
@@ -52,11 +52,14 @@ class CampaignReport(NamedTuple):
     n_written: int = 0
 
 
-def inference_program(spec: RunSpec) -> tuple[Any, Callable[[jax.Array, jax.Array], Any]]:
-    """``(method, program)``: the batched ``program(keys, obs) -> Draws`` of ``spec``'s method."""
+def inference_program(
+    spec: RunSpec, mesh: jax.sharding.Mesh | None = None
+) -> tuple[Any, Callable[[jax.Array, jax.Array], Any]]:
+    """``(method, program)``: the batched ``program(keys, obs) -> Draws`` of ``spec``'s
+    method (lanes split over ``mesh``'s devices when given)."""
     method = get_method(spec.method, spec.inference)
     post = build_posterior(spec.model)
-    return method, batched(lambda key, obs: method.fit(key, obs, post))
+    return method, batched(lambda key, obs: method.fit(key, obs, post), mesh)
 
 
 def generate(spec: RunSpec, batch: Sequence[Realization]) -> SimBatch:
@@ -116,8 +119,16 @@ def run_campaign(
     in flight have ended; every realization is then complete or absent.
     """
     simulate_fn, t_start, todo = simulate_fn or generate, time.perf_counter(), list(realizations)
+    mesh = lane_mesh()
+    if (lanes := lanes_for(batch_size, mesh)) != batch_size:
+        logger.info("batch size %d rounded up to %d lanes, a multiple of the %d devices",
+                    batch_size, lanes, mesh.devices.size)  # fmt: skip
+        batch_size = lanes
+    if mesh is not None:
+        logger.info("lanes split over %d devices: %s", mesh.devices.size,
+                    ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
     batches = make_batches(todo, batch_size)
-    method, program = inference_program(spec)
+    method, program = inference_program(spec, mesh)
     dtype = str(jnp.result_type(float))
     status: dict[str, str] = {}
     times, pulls, stopped = [], {}, None
@@ -143,7 +154,12 @@ def run_campaign(
             obs = np.asarray(sim.images)
             t1 = time.perf_counter()
             keys = realization_keys([r.seed for r in padded], spec.rng_seed)
-            draws = jax.tree.map(np.asarray, program(keys, sim.images))
+            out = program(keys, sim.images)
+            if mesh is not None and ib == 0:
+                shards = jax.tree.leaves(out)[0].addressable_shards
+                logger.info("batch 1 lanes per device: %s", ", ".join(
+                    f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
+            draws = jax.tree.map(np.asarray, out)
             t_infer = time.perf_counter() - t1
             report = {"index": ib, "size": batch_size, "n_real": len(batch)}
             report.update(method.batch_report(draws) if method.batch_report else {})

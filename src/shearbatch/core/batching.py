@@ -6,6 +6,14 @@ it, so one compiled program serves every batch of a campaign (same lane
 count, same config). Each realization's RNG key derives from its own seed,
 never from its position in the batch, so its result does not depend on its
 companions.
+
+With several local devices (GPUs, or CPU devices from
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``) :func:`batched` given a
+:func:`lane_mesh` runs the vmapped function under ``shard_map``: each device
+evaluates its own contiguous block of lanes as an independent program (no
+communication: even the batched while-loops of the optimisers stop per device),
+so a batch of ``B`` lanes on ``N`` devices computes per device what one device
+computes at batch ``B / N``.
 """
 
 from __future__ import annotations
@@ -16,12 +24,44 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["batched", "pad_to", "realization_keys"]
+__all__ = ["LANES", "batched", "lane_mesh", "lanes_for", "pad_to", "realization_keys"]
+
+#: the mesh axis of the realization (lane) dimension
+LANES = "lanes"
 
 
-def batched(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``jit(vmap(fn))`` over the leading realization axis of every argument."""
-    return jax.jit(jax.vmap(fn))
+def lane_mesh(devices: Sequence[Any] | None = None) -> jax.sharding.Mesh | None:
+    """A one-axis mesh over ``devices`` (default: every local device); None for one device."""
+    import numpy as np
+
+    devs = list(jax.local_devices() if devices is None else devices)
+    return jax.sharding.Mesh(np.array(devs), (LANES,)) if len(devs) > 1 else None
+
+
+def lanes_for(batch_size: int, mesh: jax.sharding.Mesh | None) -> int:
+    """``batch_size`` rounded up to a multiple of the mesh's device count."""
+    n = 1 if mesh is None else mesh.devices.size
+    return -(-batch_size // n) * n
+
+
+def batched(fn: Callable[..., Any], mesh: jax.sharding.Mesh | None = None) -> Callable[..., Any]:
+    """``jit(vmap(fn))`` over the leading realization axis of every argument; with a
+    ``mesh``, that axis is split over its devices (``shard_map``, no communication)."""
+    if mesh is None:
+        return jax.jit(jax.vmap(fn))
+    spec = jax.sharding.PartitionSpec(LANES)
+    # check_vma off: the per-realization code has no collectives, and its loops start
+    # from constants that the varying-axis type check would ask to be cast
+    per_device = jax.shard_map(
+        jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False
+    )
+    program = jax.jit(per_device)
+    lanes = jax.sharding.NamedSharding(mesh, spec)
+
+    def sharded(*args: Any) -> Any:
+        return program(*jax.device_put(args, lanes))
+
+    return sharded
 
 
 def realization_keys(seeds: Sequence[int], rng_seed: int = 0) -> jax.Array:

@@ -43,6 +43,7 @@ import re
 import secrets
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -318,9 +319,15 @@ def _write_job(directory: str, record: dict[str, Any]) -> str:
 
 
 def _ignore_signals() -> None:  # pragma: no cover - runs in a writer process
-    # the parent decides what a signal means and stops its writers itself
+    # the parent decides what a signal means and stops its writers itself ...
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # ... and a writer dies with it when it is killed (Linux: PR_SET_PDEATHSIG), leaving at
+    # most a temporary file that the next run removes
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 class WriterPool:
