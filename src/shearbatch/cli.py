@@ -676,6 +676,12 @@ def _compile_first(job: dict[str, Any], cache: str) -> None:
 
     spec, lanes = job["spec"], job["batch_size"]
     devs = jax.devices()
+    if len(jax.local_devices()) > 1:
+        # the engine splits lanes over the devices with a program of its own making; a
+        # warm-up of the one-device program here would compile something never used
+        logger.info("%d local devices: no shared compile step, each task compiles or "
+                    "reads the cache itself", len(jax.local_devices()))  # fmt: skip
+        return
     what = [spec.config_hash, spec.method, spec.precision, lanes, jax.__version__,
             devs[0].platform, devs[0].device_kind, len(devs)]  # fmt: skip
     key = hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
