@@ -578,7 +578,7 @@ def bias_run(**kw: Any) -> int:
     if not kw["dry_run"]:
         _check_writable(job["output_dir"])
     cache_dir = kw["cache_dir"] or runtime.default_cache_dir(job["output_dir"])
-    with runtime.scoped(), _StopOnSignal(lambda: _n_complete(job)) as stop:
+    with runtime.scoped(), _StopOnSignal(lambda: _resume_hint(job)) as stop:
         cache = runtime.configure(job["spec"].precision == "float64", cache_dir)
         runtime.reset_cache_events()
         if kw["preview"]:
@@ -901,11 +901,11 @@ class _StopOnSignal:
     a lock that its clean-up then waited for) is what hung Ctrl-C before.
     """
 
-    def __init__(self, n_complete, grace: float = 5.0):
+    def __init__(self, hint, grace: float = 5.0):
         import threading
 
         self.event, self.signum, self.name = threading.Event(), 0, ""
-        self._n_complete, self._grace, self._returned = n_complete, grace, threading.Event()
+        self._hint, self._grace, self._returned = hint, grace, threading.Event()
         self._saved: dict[int, Any] = {}
 
     def __enter__(self) -> _StopOnSignal:
@@ -957,8 +957,7 @@ class _StopOnSignal:
                            "in flight", self.name, self._grace)  # fmt: skip
         else:
             return
-        logger.warning("%s; abandoning it. %d realization(s) of this task complete; re-run "
-                       "the same command to resume", why, self._n_complete())  # fmt: skip
+        logger.warning("%s; abandoning it. %s", why, self._hint())
         for h in logging.getLogger("shearbatch").handlers:
             h.flush()
         sys.stderr.flush()
