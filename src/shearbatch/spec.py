@@ -11,7 +11,11 @@ The renderer, generator, model and inference methods take these NamedTuples
 - :class:`Problem`: one realization's image geometry, PSF, galaxy fields
   (``flux, hlr, e1, e2, dx, dy``: priors or fixed values), the shear prior and
   the pixel noise. :func:`problem` gives the model's view, :func:`truth_problem`
-  the generator's (``simulation`` overrides merged in).
+  the generator's (``simulation`` overrides merged in, its ``renderer`` and, for
+  the GalSim-only profiles, ``profile_args``: Sersic ``(n,)``, BulgeDisk
+  ``(bulge_fraction, bulge_hlr_ratio)``); both share the model's pixel noise.
+- :class:`PsfSpec`: ``gaussian`` (sigma) or ``moffat`` (fwhm, beta, trunc), and
+  the PSF ellipticity (e1, e2).
 - :class:`RunSpec`: both problems, the inference method's name and plain
   settings, the inference seed, the config hash and provenance.
 """

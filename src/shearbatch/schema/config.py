@@ -176,6 +176,8 @@ class PSF(_Strict):
                 raise ValueError(f"trunc: must be > sqrt(2) scale radii ({2.0**0.5 * r_d:.4g})")
         if not self.e1 * self.e1 + self.e2 * self.e2 < 1.0:
             raise ValueError("|e| must be < 1")
+        if self.trunc is not None and self.e1 * self.e1 + self.e2 * self.e2 > 0.36:
+            raise ValueError("|e| must be <= 0.6 for a truncated Moffat (its transform table's range)")
         return self
 
 
