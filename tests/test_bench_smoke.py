@@ -82,7 +82,7 @@ def run_bench(name, tmp_path, *args, alias=None, skip=None):
 def test_render(tmp_path):
     rec = run_bench("render", tmp_path, "--batch", "4", "--chunk", "2", "--stamp", "16",
                     "--repeats", "2", "--dtypes", "float32", "--psfs", "gaussian", "moffat",
-                    skip="psfs")  # fmt: skip
+                    skip=".psfs")  # fmt: skip
     assert len(rec["results"]) == 8 and rec["stamp"] == [16, 16]
     assert {r["psf"] for r in rec["results"]} == {"gaussian", "moffat"}
     assert all(r["stamps_per_s"] > 0 and len(r["times_s"]) == 2 for r in rec["results"])

@@ -177,7 +177,9 @@ class PSF(_Strict):
         if not self.e1 * self.e1 + self.e2 * self.e2 < 1.0:
             raise ValueError("|e| must be < 1")
         if self.trunc is not None and self.e1 * self.e1 + self.e2 * self.e2 > 0.36:
-            raise ValueError("|e| must be <= 0.6 for a truncated Moffat (its transform table's range)")
+            raise ValueError(
+                "|e| must be <= 0.6 for a truncated Moffat (its transform table's range)"
+            )
         return self
 
 
