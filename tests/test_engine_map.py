@@ -18,7 +18,7 @@ import shearbatch.engine as engine
 from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
-from shearbatch.io import read_json, read_posterior
+from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 
@@ -36,7 +36,7 @@ def bias_run_ok(args, expect=0):
 
 def posterior_means(out: Path) -> dict[str, tuple[float, float]]:
     means = {}
-    for d in sorted(out.iterdir()):
+    for d in find_realization_dirs(out):
         post = read_posterior(d / "posterior.nc")
         means[d.name] = (float(post["g1"].mean()), float(post["g2"].mean()))
     return means
@@ -64,7 +64,7 @@ def campaign_a(module_tmp, quiet_cfg):
 
 
 def test_level0_map_recovers_the_grid(campaign_a):
-    dirs = sorted(campaign_a.iterdir())
+    dirs = find_realization_dirs(campaign_a)
     assert len(dirs) == 10
     for d in dirs:
         truth = read_json(d / "truth.json")
@@ -78,13 +78,13 @@ def test_level0_map_recovers_the_grid(campaign_a):
 
 def test_each_file_holds_only_its_own_realization(campaign_a):
     means = posterior_means(campaign_a)
-    truths = {d.name: read_json(d / "truth.json")["g1"] for d in campaign_a.iterdir()}
+    truths = {d.name: read_json(d / "truth.json")["g1"] for d in find_realization_dirs(campaign_a)}
     # every estimate is nearest to its own truth, and no two realizations share values
     for rid, (g1, _) in means.items():
         nearest = min(truths.values(), key=lambda t: abs(t - g1))
         assert nearest == truths[rid]
     assert len({m for m in means.values()}) == len(means)
-    for d in campaign_a.iterdir():
+    for d in find_realization_dirs(campaign_a):
         with xr.open_dataset(d / "posterior.nc") as root:
             assert root.attrs["run_id"] == d.name
             assert root.attrs["g1_true"] == truths[d.name]
@@ -103,7 +103,7 @@ def test_level0_noise_1e6_is_within_laplace_errors(module_tmp):
         ]
     )
     z = []
-    for d in out.iterdir():
+    for d in find_realization_dirs(out):
         post, truth = read_posterior(d / "posterior.nc"), read_json(d / "truth.json")
         std = read_json(d / "convergence.json")["laplace"]["std_unconstrained"]
         z += [
@@ -138,7 +138,7 @@ def test_batch_invariance_across_order_and_companions(module_tmp, quiet_cfg, cam
             str(out),
         ]
     )
-    common = sorted(d.name for d in campaign_a.iterdir())
+    common = sorted(d.name for d in find_realization_dirs(campaign_a))
     for rid in common:
         a = read_posterior(campaign_a / rid / "posterior.nc")
         b = read_posterior(out / rid / "posterior.nc")
@@ -182,7 +182,7 @@ def test_batch_of_one_agrees_with_batch_of_eight(module_tmp, quiet_cfg, campaign
 
 
 def test_posterior_nc_opens_with_arviz_and_datatree(campaign_a):
-    path = next(campaign_a.iterdir()) / "posterior.nc"
+    path = find_realization_dirs(campaign_a)[0] / "posterior.nc"
     idata = az.from_netcdf(path)
     assert {"posterior", "sample_stats", "observed_data"} <= set(idata.groups())
     assert idata.posterior["g1"].dims == ("chain", "draw")
@@ -215,7 +215,7 @@ def test_single_realization_goes_to_its_run_id_directory(module_tmp, quiet_cfg):
             str(out),
         ]
     )
-    assert sorted(os.listdir(out)) == ["r0001"]
+    assert sorted(os.listdir(out)) == ["campaign.json", "r0001"]
     assert sorted(os.listdir(out / "r0001")) == ["convergence.json", "posterior.nc", "truth.json"]
     truth = read_json(out / "r0001" / "truth.json")
     assert (truth["g1"], truth["g2"], truth["seed"], truth["run_id"]) == (0.02, -0.01, 42, "r0001")
@@ -275,7 +275,7 @@ def test_failed_realization_is_data(module_tmp, quiet_cfg, campaign_a, monkeypat
     assert res.exit_code == 1, res.output
     conv = read_json(out / broken / "convergence.json")
     assert conv["status"] == "failed" and "non-finite data" in conv["reason"]
-    for d in out.iterdir():
+    for d in find_realization_dirs(out):
         if d.name == broken:
             continue
         assert read_json(d / "convergence.json")["status"] == "ok"
@@ -365,7 +365,7 @@ def test_method_flag_selects_vi(module_tmp):
             str(out),
         ]
     )
-    for d in out.iterdir():
+    for d in find_realization_dirs(out):
         conv = read_json(d / "convergence.json")
         assert conv["method"] == "vi" and conv["status"] == "ok" and "elbo" in conv
         with xr.open_dataset(d / "posterior.nc") as root:

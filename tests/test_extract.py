@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from shearbatch.analysis import extract
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core import flags as fl
+from shearbatch.io import find_realization_dirs
 
 GRID = ["-0.05", "-0.02", "0.02", "0.05"]
 
@@ -87,7 +88,7 @@ def test_extract_reports_each_status_and_stats_excludes_them(damaged, tmp_path):
 
 
 def test_old_convergence_json_without_map_estimate_leaves_the_mode_empty(campaign, tmp_path):
-    d = next((campaign / "task0").iterdir())
+    d = find_realization_dirs(campaign / "task0")[0]
     conv = json.loads((d / "convergence.json").read_text())
     conv.pop("map_estimate")
     old = tmp_path / d.name

@@ -22,7 +22,7 @@ from shearbatch.cli import apply_flags, bias_run
 from shearbatch.core import methods
 from shearbatch.core.methods import Diagnosis, Draws, Method
 from shearbatch.core.methods import map as map_
-from shearbatch.io import read_json, read_posterior
+from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import ConfigError, load_config
 
 TINY = {
@@ -103,7 +103,7 @@ def prior_campaign(module_tmp, tiny_cfg):
 
 
 def test_registered_method_runs_through_bias_run(prior_campaign):
-    dirs = sorted(prior_campaign.iterdir())
+    dirs = find_realization_dirs(prior_campaign)
     assert len(dirs) == 4
     g1 = {}
     for d in dirs:
@@ -240,7 +240,7 @@ def test_campaign_traces_the_method_once(module_tmp, tiny_cfg):
                       "0.03", "0.04", "0.05", "--n-realizations", "1", "--batch-size", "2", "--x64",
                       "--output-dir", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.output
-    batches = [read_json(d / "convergence.json")["batch"] for d in out.iterdir()]
+    batches = [read_json(d / "convergence.json")["batch"] for d in find_realization_dirs(out)]
     assert len(batches) == 5 and {b["size"] for b in batches} == {2}
     assert sorted(b["index"] for b in batches) == [0, 0, 1, 1, 2]
     assert [b["n_real"] for b in batches if b["index"] == 2] == [1]
@@ -256,7 +256,7 @@ def test_in_process_no_x64_run_restores_x64(tmp_path, tiny_cfg, prior_registered
     res = invoke(["--config", tiny_cfg, "--method", "prior", "--g1-true", "0.01", "--no-x64",
                   "--output-dir", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.output
-    (d,) = out.iterdir()
+    (d,) = find_realization_dirs(out)
     with xr.open_dataset(d / "posterior.nc") as root:
         assert root.attrs["dtype"] == "float32"  # x64 really was off during the run
     assert read_posterior(d / "posterior.nc")["g1"].dtype == np.float32

@@ -20,7 +20,7 @@ from conftest import write_config
 from shearbatch.core import diagnostics
 from shearbatch.core.methods import map as map_
 from shearbatch.core.priors import draw_numpy, to_distribution
-from shearbatch.io import read_json, read_posterior
+from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.spec import Prior
 
 # --------------------------------------------------------------------------- (a) Newton, Laplace
@@ -249,7 +249,7 @@ def test_float32_campaign_end_to_end(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "x64=False" in proc.stderr
-    dirs = sorted(out.iterdir())
+    dirs = find_realization_dirs(out)
     assert len(dirs) == 4
     for d in dirs:
         with xr.open_dataset(d / "posterior.nc") as root:

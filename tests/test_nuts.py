@@ -15,7 +15,7 @@ from conftest import count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.core.generate import render_stamps
-from shearbatch.io import read_json, read_posterior
+from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 
@@ -72,7 +72,7 @@ def laplace(module_tmp, cfg_path):
 
 
 def test_noisy_level0_converges_covers_and_matches_laplace(batch4, laplace):
-    dirs = sorted(batch4.iterdir())
+    dirs = find_realization_dirs(batch4)
     assert len(dirs) == 4
     for d in dirs:
         conv, truth = read_json(d / "convergence.json"), read_json(d / "truth.json")
@@ -96,7 +96,7 @@ def test_noisy_level0_converges_covers_and_matches_laplace(batch4, laplace):
 def test_sample_stats_are_written(batch4):
     import xarray as xr
 
-    d = next(batch4.iterdir())
+    d = find_realization_dirs(batch4)[0]
     with xr.open_dataset(d / "posterior.nc", group="sample_stats") as ss:
         assert {
             "diverging",

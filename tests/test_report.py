@@ -11,6 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from shearbatch.cli import bias_extract, bias_run, bias_stats
+from shearbatch.io import find_realization_dirs
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -74,7 +75,7 @@ def test_report_is_one_self_contained_file(reported):
     # the campaign's config hash (from its posterior files) is in the provenance
     import xarray as xr
 
-    one = next((tmp / "camp").iterdir()) / "posterior.nc"
+    one = find_realization_dirs(tmp / "camp")[0] / "posterior.nc"
     with xr.open_datatree(one, engine="netcdf4") as tree:
         assert tree.attrs["config_hash"] in text
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import SEED_IDS
 from shearbatch.analysis.verdict import EXIT_CODES, decide, n_needed, overall
 from shearbatch.cli import bias_extract, bias_run, bias_stats
+from shearbatch.io import find_realization_dirs
 
 T, Z, N = 1e-3, 2.0, 100
 
@@ -89,7 +90,7 @@ def seed_example(module_tmp):
         "--output-dir", str(camp),
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in camp.iterdir()) == sorted(SEED_IDS)
+    assert sorted(p.name for p in find_realization_dirs(camp)) == sorted(SEED_IDS)
     res = CliRunner().invoke(bias_extract, ["--input-dir", str(camp), "--output", str(csv)])
     assert res.exit_code == 0, res.output
     return module_tmp, csv

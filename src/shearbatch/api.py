@@ -149,7 +149,7 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
     import yaml
 
     from . import runtime
-    from .cli import _plan_run, bias_run
+    from .cli import _claimed, _plan_run, _write_manifest, bias_run
     from .schema import ConfigError
 
     # every option at the command's own default, as click would pass it
@@ -180,13 +180,19 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
     cache_dir = kw["cache_dir"] or runtime.default_cache_dir(job["output_dir"])  # as bias-run
     with runtime.scoped():
         runtime.configure(job["spec"].precision == "float64", cache_dir)
-        report = run_campaign(
-            job["spec"],
-            job["todo"],
-            output_dir=job["output_dir"],
-            batch_size=job["batch_size"],
-            progress=bool(kw["progress"]),
-        )
+        try:  # the campaign manifest and the claims, as bias-run
+            provenance = _write_manifest(job, kw["overwrite"])
+        except click.UsageError as err:
+            raise ValueError(err.format_message()) from None
+        with _claimed(job, kw["overwrite"]) as todo:
+            report = run_campaign(
+                job["spec"],
+                todo,
+                output_dir=job["output_dir"],
+                batch_size=job["batch_size"],
+                progress=bool(kw["progress"]),
+                provenance=provenance,
+            )
     logger.info("wrote %d ok, %d failed realization(s) under %s", report.n_ok, report.n_failed,
                 job["output_dir"])  # fmt: skip
     return Campaign(job["output_dir"], report=report)

@@ -15,6 +15,7 @@ absent, and the same command resumes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -92,6 +93,23 @@ class _Command(click.Command):
 
 def _fail(msg: str) -> click.UsageError:
     return click.UsageError(msg)
+
+
+def _check_out_path(flag: str, path: Path, *, is_dir: bool = True, write: bool = True) -> None:
+    """One line (exit 2) when ``path`` cannot be created/written: a file where a directory
+    must be (the path itself or an ancestor), or a first existing ancestor not writable."""
+    if path.exists():
+        if is_dir and not path.is_dir():
+            raise _fail(f"{flag}: {path} exists and is not a directory")
+        if not is_dir and path.is_dir():
+            raise _fail(f"{flag}: {path} is a directory")
+    anc = path if path.exists() and is_dir else path.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise _fail(f"{flag}: {anc} is not a directory")
+    if write and not os.access(anc, os.W_OK | os.X_OK):
+        raise _fail(f"{flag}: {anc} is not writable")
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -588,22 +606,25 @@ def bias_run(**kw: Any) -> int:
         from .engine import run_campaign
         from .io import WriteError
 
+        provenance = _write_manifest(job, kw["overwrite"])
         if job["task"][1] > 1 and job["todo"]:
             _compile_first(job, cache)
 
         _record_command(job)
         progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
         try:
-            report = run_campaign(
-                job["spec"],
-                job["todo"],
-                output_dir=job["output_dir"],
-                batch_size=job["batch_size"],
-                progress=progress,
-                overlap=kw["overlap"],
-                stop=stop.event,
-                deadline=deadline,
-            )
+            with _claimed(job, kw["overwrite"]) as todo:
+                report = run_campaign(
+                    job["spec"],
+                    todo,
+                    output_dir=job["output_dir"],
+                    batch_size=job["batch_size"],
+                    progress=progress,
+                    overlap=kw["overlap"],
+                    stop=stop.event,
+                    deadline=deadline,
+                    provenance=provenance,
+                )
         except WriteError as err:
             click.echo(f"Error: {err}; {_resume_hint(job)}", err=True)
             return 4
@@ -614,6 +635,7 @@ def bias_run(**kw: Any) -> int:
     click.echo(
         f"wrote {report.n_ok} ok, {report.n_failed} failed realization(s) under {job['output_dir']}"
         f" in {report.wall_s:.1f} s"
+        + (f"; skipped {job['skipped']} claimed by another bias-run" if job.get("skipped") else "")
     )
     if report.stopped == "signal":
         logger.warning("%s: %s", stop.name, _resume_hint(job))
@@ -976,6 +998,59 @@ class _StopOnSignal:
         self._r.close()
 
 
+def _write_manifest(job: dict[str, Any], overwrite: bool) -> dict[str, Any]:
+    """Write (or check) the output root's campaign.json; the per-realization provenance."""
+    from .io import manifest as mf
+
+    root, cfg = job["output_dir"], job["cfg"].model_dump(mode="json")
+    env = mf.environment()
+    try:
+        man, wrote = mf.write_manifest(root, config=cfg, expect=job["expect"],
+                                       plan=job["plan_info"],
+                                       run_ids=[r.run_id for r in job["plan"]],
+                                       batch_size=job["batch_size"], env=env,
+                                       replace=overwrite)  # fmt: skip
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    except OSError as err:
+        raise _fail(f"--output-dir: cannot write {root}: {err.strerror}") from None
+    if not wrote and (diff := mf.plan_differences(man, job["plan_info"])):
+        logger.warning("plan settings %s differ from %s: bias-extract counts this campaign "
+                       "against that file's plan", ", ".join(diff), root / mf.MANIFEST)  # fmt: skip
+    return mf.realization_provenance(config=cfg, campaign=job["plan_info"], env=env)
+
+
+@contextlib.contextmanager
+def _claimed(job: dict[str, Any], overwrite: bool):
+    """This task's realizations to compute, claimed (see :mod:`shearbatch.io.claims`): those
+    another process holds are skipped with a warning naming the overlap, and those completed
+    by another process since the plan are not redone."""
+    from .io import claims, realization_status
+
+    root, stack = job["output_dir"], contextlib.ExitStack()
+    try:
+        cl = stack.enter_context(claims.claim(root, [r.run_id for r in job["todo"]]))
+    except OSError as err:
+        raise _fail(f"--output-dir: cannot write {root}: {err.strerror}") from None
+    with stack:
+        if cl.others:
+            pids = sorted({p for p in cl.others.values() if p})
+            ids = sorted(cl.others)
+            logger.warning("overlapping slices: %d realization(s) of this task are being "
+                           "computed by another bias-run%s into %s (%s%s); skipped here",
+                           len(ids), f" (pid {', '.join(map(str, pids))})" if pids else "", root,
+                           ", ".join(ids[:3]), ", ..." if len(ids) > 3 else "")  # fmt: skip
+        job["skipped"], mine = len(cl.others), set(cl.mine)
+        todo = [r for r in job["todo"] if r.run_id in mine]
+        if not overwrite:
+            now = [r for r in todo if realization_status(root, r.run_id, job["expect"]) != "done"]
+            if len(now) < len(todo):
+                logger.info("%d realization(s) were completed by another process since the "
+                            "plan; not redone", len(todo) - len(now))  # fmt: skip
+            todo = now
+        yield todo
+
+
 def _preview(job: dict[str, Any], path: Path, n: int = 4, fitted: bool = False) -> None:
     """PNG of the first ``n`` realizations of this task's plan: the simulated data, and
     (``fitted``, after the run) the model at each one's estimate and the residual."""
@@ -1032,6 +1107,9 @@ def _models_at_estimate(job: dict[str, Any], reals: Sequence[Any]) -> Any:
         out.append(np.asarray(render_stamps(problem, params, g)))
     return np.stack(out)
 
+
+#: the most realizations one campaign (one output root, one campaign.json) may plan
+MAX_PLAN = 1_000_000
 
 #: bias-run flag -> campaign key it overrides (the one place flags meet the config)
 _CAMPAIGN_FLAGS = {
@@ -1131,9 +1209,24 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     cfg = apply_flags(load_config(kw["config_path"]), kw)
     camp = cfg.campaign
     output_dir = Path(camp.output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise _fail(f"--output-dir: {output_dir} exists and is not a directory")
+    _check_out_path("--output-dir", output_dir, write=not kw["dry_run"])
+    n_plan = (1 if camp.shear_from_prior else len(camp.shear_grid or [])) * camp.n_realizations
+    n_plan *= len(camp.shear_grid_g2 or [0])
+    if camp.paired:
+        n_plan *= 2
+    if kw["g1_true"] is None and n_plan > MAX_PLAN:
+        raise _fail(f"--n-realizations: the plan would hold {n_plan:,} realizations, more than "
+                    f"the {MAX_PLAN:,} one output root may hold; split the campaign over "
+                    "several --output-dir / --base-seed ranges")  # fmt: skip
     spec = run_spec(cfg)
+    from .io import manifest as mf
+
+    expect = mf.defining(spec.config_hash, spec.method, spec.precision)
+    if not kw["overwrite"]:  # another campaign in the output root: refuse before anything
+        try:
+            mf.check_manifest(output_dir, expect)
+        except ValueError as err:
+            raise _fail(str(err)) from None
     if kw["g1_true"] is not None:
         seed = kw["seed"] if kw["seed"] is not None else camp.base_seed
         try:
@@ -1178,12 +1271,27 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
         if camp.shear_grid_g2 is None:
             logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
                         "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
+    single = kw["g1_true"] is not None
+    grid = not single and not camp.shear_from_prior
+    plan_info = {
+        "design": "single" if single else "prior" if camp.shear_from_prior else "grid",
+        "shear_grid": list(camp.shear_grid) if grid else None,
+        "shear_grid_g2": list(camp.shear_grid_g2) if grid and camp.shear_grid_g2 else None,
+        "g2": camp.g2,
+        "n_realizations": 1 if single else camp.n_realizations,
+        "base_seed": plan[0].seed if single else camp.base_seed,
+        "paired": camp.paired and not single,
+    }
     mine = cp.array_slice(plan, task_id, task_count)
     # lanes of the compiled program: the campaign's, never this task's share or what is
     # left to do, so every array task (whatever its slice size), a resumed run and a
     # single-process run share one compiled program and give bit-identical results
     batch_size = max(1, min(camp.batch_size, len(plan)))
-    status = {r.run_id: realization_status(output_dir, r.run_id) for r in mine}
+    status = {r.run_id: realization_status(output_dir, r.run_id, expect) for r in mine}
+    if other := [k for k, v in status.items() if v == "other"]:
+        logger.warning("%d complete realization(s) under %s were computed with other "
+                       "campaign-defining settings (e.g. %s); they are redone", len(other),
+                       output_dir, other[0])  # fmt: skip
     todo = [r for r in mine if kw["overwrite"] or status[r.run_id] != "done"]
     return {
         "cfg": cfg,
@@ -1195,6 +1303,8 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
         "batch_size": batch_size,
         "output_dir": output_dir,
         "task": (task_id, task_count),
+        "expect": expect,
+        "plan_info": plan_info,
     }
 
 
@@ -1267,6 +1377,8 @@ def _print_plan(job: dict[str, Any], kw: dict[str, Any]) -> None:
 def bias_extract(**kw: Any) -> int:
     """Stage 2: one summary row per realization directory (ok, failed, incomplete, corrupt)."""
     from .analysis import extract as ex
+    from .analysis.progress import campaign_progress, mixed_warning
+    from .io.manifest import MANIFEST
 
     _setup_logging(kw["verbose"])
     root = Path(kw["input_dir"])
@@ -1275,8 +1387,7 @@ def bias_extract(**kw: Any) -> int:
     if kw["workers"] is not None and kw["workers"] < 1:
         raise _fail(f"--workers: must be >= 1, got {kw['workers']}")
     out = Path(kw["output"])
-    if out.is_dir():
-        raise _fail(f"--output: {out} is a directory")
+    _check_out_path("--output", out, is_dir=False)
     try:
         th = ex.load_thresholds(kw["convergence_config"])
     except OSError as err:
@@ -1284,7 +1395,10 @@ def bias_extract(**kw: Any) -> int:
     except ValueError as err:
         raise _fail(f"--convergence-config: {err}") from None
     progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
+    if not ex.find_realization_dirs(root) and not (root / MANIFEST).is_file():
+        raise _fail(f"--input-dir: no realization directories under {root}")
     rows = ex.extract_campaign(root, th, workers=kw["workers"], progress=progress)
+    rows, prog = campaign_progress(root, rows)
     if not rows:
         raise _fail(f"--input-dir: no realization directories under {root}")
     ex.write_summary(rows, out)
@@ -1295,6 +1409,13 @@ def bias_extract(**kw: Any) -> int:
         + ", ".join(f"{k} {v}" for k, v in counts.items())
         + f"; passed convergence {conv} -> {out}"
     )
+    click.echo(f"campaign: {prog.line()}")
+    for msg in [*prog.problems, mixed_warning(prog.mixed)]:
+        if msg:
+            logger.warning("%s", msg)
+    if len(prog.batch_sizes) > 1:
+        logger.info("batch sizes %s (allowed: MAP agrees to < 1e-6 across batch sizes; "
+                    "recorded per realization in summary.csv)", prog.batch_sizes)  # fmt: skip
     return 0
 
 
@@ -1430,6 +1551,7 @@ def bias_stats(**kw: Any) -> int:
         raise _fail(f"--weights: unknown {kw['weights']!r}; use {' or '.join(stats.WEIGHTS)}")
     if kw["n_boot"] < 2:
         raise _fail(f"--n-boot: must be >= 2, got {kw['n_boot']}")
+    _check_out_path("--output-dir", Path(kw["output_dir"]))
     if kw["posterior_dir"] is not None and not Path(kw["posterior_dir"]).is_dir():
         raise _fail(f"--posterior-dir: {kw['posterior_dir']} is not a directory")
     if kw["report"] is not None and Path(kw["report"]).is_dir():

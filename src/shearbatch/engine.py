@@ -12,6 +12,7 @@ written normally.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from . import __version__
 from .campaign import Realization, make_batches
 from .core import flags as fl
 from .core.batching import batched, lane_mesh, lanes_for, pad_to, realization_keys
+from .core.checks import chi2_fn, misfit
 from .core.generate import FIELDS, SimBatch, simulate
 from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
@@ -101,6 +103,7 @@ def run_campaign(
     writer_kind: str = "thread",
     stop: threading.Event | None = None,
     deadline: float | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> CampaignReport:
     """Infer every realization and write its directory under ``output_dir``.
 
@@ -117,6 +120,9 @@ def run_campaign(
     stops the loop before its next batch; the writes already queued finish. A write
     that fails raises :class:`~shearbatch.io.WriteError` (one line) once the writes
     in flight have ended; every realization is then complete or absent.
+    ``provenance`` (config, plan, versions, device: see
+    :func:`shearbatch.io.manifest.realization_provenance`) is recorded in every
+    ``convergence.json``, next to its seed, batch size and config hash.
     """
     simulate_fn, t_start, todo = simulate_fn or generate, time.perf_counter(), list(realizations)
     mesh = lane_mesh()
@@ -129,6 +135,7 @@ def run_campaign(
                     ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
     batches = make_batches(todo, batch_size)
     method, program = inference_program(spec, mesh)
+    check = batched(chi2_fn(spec.model))  # the residual at each estimate (core/checks.py)
     dtype = str(jnp.result_type(float))
     status: dict[str, str] = {}
     times, pulls, stopped = [], {}, None
@@ -161,16 +168,18 @@ def run_campaign(
                     f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
             draws = jax.tree.map(np.asarray, out)
             t_infer = time.perf_counter() - t1
+            chi2 = np.asarray(check(draws.samples, sim.images))
             report = {"index": ib, "size": batch_size, "n_real": len(batch)}
             report.update(method.batch_report(draws) if method.batch_report else {})
             if hint := report.pop("hint", None):
                 logger.info("batch %d: %s", ib + 1, hint)
             for b, r in enumerate(batch):
                 lane = jax.tree.map(lambda a, b=b: a[b], draws)
-                rec = _records(spec, method, r, lane, obs[b], sim, b, dtype)
+                rec = _records(spec, method, r, lane, obs[b], sim, b, dtype, float(chi2[b]))
                 rec["convergence"].update(
                     batch={**report, "lane": b}, runtime_s=t_infer / len(batch)
                 )
+                rec["convergence"].update(provenance or {})
                 sink.submit(out_dir(output_dir, r), {"observed": obs[b], **rec})
                 for site, v in rec["convergence"]["prior"].items():
                     pulls.setdefault(site, []).append(v["shrinkage"])
@@ -227,11 +236,16 @@ def _progress_bar(on: bool, total: int, desc: str):
     return tqdm(total=total, unit="realization", desc=f"bias-run {desc}")
 
 
-def _records(spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b: int, dtype: str):
+def _records(
+    spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b: int, dtype: str,
+    chi2: float = math.nan,
+):  # fmt: skip
     """posterior / sample_stats / attrs / truth / convergence of one realization."""
     diag = method.diagnose(lane)
     common, details = fl.common_flags(obs, lane.samples)
-    flags = common | diag.flags | fl.gate_flags(diag.diagnostics)
+    influence = prior_influence(spec, lane.samples)
+    data_flags = _data_flags(spec, chi2, obs.size, influence, details)
+    flags = common | diag.flags | fl.gate_flags(diag.diagnostics) | data_flags
     status = "failed" if flags & fl.FATAL else "ok"
     conv = {
         "run_id": r.run_id,
@@ -245,8 +259,12 @@ def _records(spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b:
         "thresholds": fl.DEFAULT_THRESHOLDS._asdict(),
         "passed": flags == 0,
         "precision": dtype,
+        "config_hash": spec.config_hash,
+        "seed": r.seed,
+        "batch_size": len(sim.g),
         "snr": np.asarray(sim.snr[b]).tolist(),
-        "prior": prior_influence(spec, lane.samples),
+        "chi2_per_pixel": chi2,
+        "prior": influence,
     }
     attrs = {
         "inference_method": spec.method,
@@ -266,6 +284,32 @@ def _records(spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b:
         "truth": truth_record(spec, r, sim, b),
         "convergence": conv,
     }
+
+
+#: a free shear component whose posterior is at least this wide, relative to its prior,
+#: was not measured (the data carry no information on it; e.g. absurd noise)
+UNINFORMATIVE_WIDTH = 0.9
+
+
+def _data_flags(spec: RunSpec, chi2: float, n_pix: int, influence, details) -> int:
+    """``DATA_MISFIT`` (residual not noise; only when the generator is the model) and
+    ``UNINFORMATIVE`` (posterior as wide as the prior), with their details."""
+    out = 0
+    if math.isfinite(chi2) and spec.truth == spec.model and misfit(chi2):
+        out |= fl.flag("DATA_MISFIT")
+        details["DATA_MISFIT"] = (f"residual at the estimate inconsistent with the noise model "
+                                  f"(chi2/N = {chi2:.3g}, expected 1 +- "
+                                  f"{math.sqrt(2 / n_pix):.2g})")  # fmt: skip
+    wide = {s: v["width_ratio"] for s, v in influence.items()
+            if v["width_ratio"] is not None and v["width_ratio"] >= UNINFORMATIVE_WIDTH}  # fmt: skip
+    if wide:
+        out |= fl.flag("UNINFORMATIVE")
+        details["UNINFORMATIVE"] = (
+            "posterior of g as wide as its prior ("
+            + ", ".join(f"{s}: {v:.3g} x the prior's sd" for s, v in wide.items())
+            + "): no information"
+        )
+    return out
 
 
 def prior_influence(spec: RunSpec, samples) -> dict[str, dict[str, float]]:

@@ -16,8 +16,9 @@ inconclusive, else ``PASS`` (``passed`` is true only for ``PASS``).
 - ``|m1|, |m2|, |c1|, |c2|``: ``pass`` when ``|x| + z sigma <= max_abs``,
   ``fail`` when ``|x| - z sigma > max_abs``, else ``inconclusive`` with the
   realizations needed. An undefined ``m`` (constant truth in that component)
-  is not a criterion; with both undefined (one shear value only) the campaign
-  cannot pass: ``|m|`` is ``inconclusive``.
+  is not a criterion; with both undefined (one shear value only) :func:`analyze`
+  refuses the table (``ValueError``: ``bias-stats`` exits 2), and :func:`criteria`
+  alone reports ``|m|`` as ``inconclusive``.
 - coverage (68% and 95%, per component): two-sided binomial band at
   ``coverage_z``; SBC: chi-square p-value >= ``sbc_p_min``. Both need
   ``min_seeds`` independent seeds, else ``inconclusive`` ("too few to test").
@@ -139,6 +140,13 @@ def design_report(use: Any) -> dict[str, Any]:
     pairs = "pair_sign" in use.columns and bool(use["pair_sign"].isin([1, -1]).any())
     return {"paired": pairs, "rotations": int(nrot.max()) if nrot.size else 1,
             "error_groups": "seed", "incomplete_rings_left_out": incomplete}  # fmt: skip
+
+
+def pd_numeric(col: Any) -> np.ndarray:
+    """A column as floats (unparseable cells become NaN)."""
+    import pandas as pd
+
+    return pd.to_numeric(col, errors="coerce").to_numpy(float)
 
 
 def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
@@ -329,6 +337,11 @@ def analyze(
     acc = {**ACCEPTANCE[level], **(acceptance or {})}
     min_seeds = int(acc["min_seeds"])
     status = df["status"].fillna("").astype(str)
+    for c in ("g1_true", "g2_true"):
+        bad = (status == "ok").to_numpy() & ~np.isfinite(pd_numeric(df[c]))
+        if bad.any():
+            raise ValueError(f"{c}: not a finite number in {int(bad.sum())} ok row(s) (e.g. "
+                             f"{df['run_id'][bad].iloc[0]}); re-run bias-extract")  # fmt: skip
     use, excluded = usable_rows(df, point)
     if len(use) == 0:
         raise ValueError(f"no usable rows (excluded: {excluded or 'none'})")
@@ -344,6 +357,9 @@ def analyze(
     ring, _ = complete_rings(use)
     fits = {c: fit_component(use[ring].reset_index(drop=True), c, estimator, n_boot, seed,
                              point=point, weights=weights) for c in ("g1", "g2")}  # fmt: skip
+    if all(f.m is None for f in fits.values()):
+        raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
+                         f"{M_UNDEFINED}")  # fmt: skip
     seeds = use["seed"].astype(str).to_numpy()
     cov: dict[str, Any] = {}
     for comp in ("g1", "g2"):

@@ -83,6 +83,7 @@ SUMMARY_COLUMNS = [
     "rotation", "n_rotations",
     "batch_size", "runtime_s", "reason", "flags", "truth_from_prior",
     "estimate", "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
+    "config_hash",
 ]  # fmt: skip
 
 
@@ -186,6 +187,7 @@ def read_realization(
     except (OSError, ValueError) as err:
         return done("corrupt", f"convergence.json unreadable: {err}")
     row["method"] = conv.get("method")
+    row["config_hash"], row["precision"] = conv.get("config_hash"), conv.get("precision")
     batch = conv.get("batch")
     row["batch_size"] = batch.get("size") if isinstance(batch, Mapping) else None
     row["runtime_s"] = conv.get("runtime_s")
@@ -209,7 +211,6 @@ def read_realization(
         conv.get("divergences"),
         conv.get("divergence_frac"),
     )
-    row["precision"] = conv.get("precision")
     row["estimate"] = conv.get("estimate")
     snr = conv.get("snr")
     row["snr"] = float(np.median(snr)) if isinstance(snr, list) and snr else None

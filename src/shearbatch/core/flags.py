@@ -52,6 +52,8 @@ FLAGS: dict[str, tuple[int, str]] = {
     "ESS_LOW": (1 << 11, "ESS below threshold"),
     "DIVERGENCES": (1 << 12, "divergent transitions above threshold"),
     "BFMI_LOW": (1 << 13, "E-BFMI below threshold"),
+    "DATA_MISFIT": (1 << 14, "residual at the estimate inconsistent with the noise model"),
+    "UNINFORMATIVE": (1 << 15, "posterior of g about as wide as its prior (no information)"),
 }
 
 
@@ -71,6 +73,8 @@ FATAL = flag(
     "ALL_DIVERGENT",
     "CHAINS_STUCK",
     "OPT_NOT_CONVERGED",
+    "DATA_MISFIT",
+    "UNINFORMATIVE",
 )
 THRESHOLD_GATES = flag("RHAT_HIGH", "ESS_LOW", "DIVERGENCES", "BFMI_LOW")
 GATES = THRESHOLD_GATES | flag("ELBO_NOT_FLAT")

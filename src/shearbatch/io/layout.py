@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CONVERGENCE",
@@ -27,8 +29,13 @@ POSTERIOR, TRUTH, CONVERGENCE = "posterior.nc", "truth.json", "convergence.json"
 FILES = (TRUTH, POSTERIOR, CONVERGENCE)
 
 
-def realization_status(output_dir: str | Path, run_id: str) -> str:
-    """``"done"`` (complete, status ok), ``"failed"``, ``"incomplete"`` or ``"absent"``."""
+def realization_status(
+    output_dir: str | Path, run_id: str, expect: Mapping[str, Any] | None = None
+) -> str:
+    """``"done"`` (complete, status ok), ``"failed"``, ``"incomplete"``, ``"absent"``, or
+    ``"other"``: complete, but its ``convergence.json`` records a campaign-defining
+    setting (a key of ``expect``: config hash, method, precision) with another value, so
+    it is not this campaign's result and a resume redoes it."""
     d = Path(output_dir) / run_id
     if not d.exists():
         return "absent"
@@ -36,9 +43,12 @@ def realization_status(output_dir: str | Path, run_id: str) -> str:
     if not conv.is_file():
         return "incomplete"
     try:
-        status = json.loads(conv.read_text()).get("status")
+        rec = json.loads(conv.read_text())
+        status = rec.get("status")
     except (OSError, ValueError, AttributeError):
         return "incomplete"
+    if expect and any(rec.get(k) is not None and rec[k] != v for k, v in expect.items()):
+        return "other"
     if status == "ok" and (d / POSTERIOR).is_file() and (d / TRUTH).is_file():
         return "done"
     return "failed" if status == "failed" else "incomplete"

@@ -1,0 +1,123 @@
+"""How far a campaign is: planned vs complete realizations, and mixed settings.
+
+``bias-extract`` reads each ``campaign.json`` (:mod:`shearbatch.io.manifest`)
+found at the campaign root or next to realization directories. Every planned
+realization without a directory yet becomes a row with status ``incomplete``
+(reason ``not started``), so the summary table, its counts and ``bias-stats``'
+fraction converged all see an unfinished campaign as unfinished. A realization
+directory in flight (files being written by a running ``bias-run``) has no
+``convergence.json`` yet and is ``incomplete`` too.
+
+Rows whose campaign-defining settings (config hash, method, precision) differ
+within one campaign are reported as a mix (their ``summary.csv`` columns
+``config_hash``, ``method``, ``precision`` tell them apart); different batch
+sizes are allowed and only noted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..io.claims import held
+from ..io.manifest import DEFINING, MANIFEST, read_manifest
+
+__all__ = ["NOT_STARTED", "Progress", "campaign_progress", "mixed_warning"]
+
+logger = logging.getLogger(__name__)
+
+NOT_STARTED = "not started (planned in campaign.json)"
+
+
+class Progress(NamedTuple):
+    n_planned: int | None  # None: no manifest found (planned size unknown)
+    n_complete: int  # ok or failed, of the planned ones (or of all rows without a manifest)
+    n_not_started: int
+    n_in_progress: int  # directories without convergence.json (in flight or interrupted)
+    mixed: dict[str, dict[str, int]]  # setting -> {value: count}, only when > 1 value
+    batch_sizes: dict[str, int]
+    problems: list[str]  # unreadable manifests
+
+    @property
+    def finished(self) -> bool:
+        return self.n_planned is not None and self.n_complete >= self.n_planned
+
+    def line(self) -> str:
+        if self.n_planned is None:
+            return f"{self.n_complete} complete; planned size unknown (no campaign.json)"
+        text = f"{self.n_complete} of {self.n_planned} planned realization(s) complete"
+        if not self.finished:
+            n_other = self.n_planned - self.n_complete - self.n_in_progress - self.n_not_started
+            text += (f"; UNFINISHED: {self.n_in_progress} in progress or interrupted, "
+                     f"{self.n_not_started} not started"
+                     + (f", {n_other} corrupt" if n_other > 0 else ""))  # fmt: skip
+        return text
+
+
+def campaign_progress(
+    root: str | Path, rows: Sequence[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], Progress]:
+    """``rows`` plus one ``incomplete`` row per planned realization without a directory."""
+    root = Path(root)
+    homes = {root} | {(root / r["path"]).parent for r in rows if r.get("path")}
+    seen = {os.path.normpath(r["path"]) for r in rows if r.get("path")}
+    out, planned, problems, in_flight = list(rows), set(), [], set()
+    for home in sorted(homes):
+        if not (home / MANIFEST).is_file():
+            continue
+        try:
+            man = read_manifest(home)
+        except ValueError as err:
+            problems.append(str(err))
+            continue
+        assert man is not None
+        ids = [str(rid) for rid in man["plan"].get("run_ids") or []]
+        busy = held(home, ids)
+        for rid in ids:
+            rel = os.path.normpath(os.path.relpath(home / rid, root))
+            planned.add(rel)
+            if rel not in seen:
+                why = f"in flight (claimed by pid {busy[rid]})" if rid in busy else NOT_STARTED
+                out.append({"run_id": rid, "status": "incomplete", "reason": why, "path": rel})
+            elif rid in busy:
+                in_flight.add(rel)
+    for r in rows:
+        if r["status"] == "incomplete" and os.path.normpath(r.get("path") or "") in in_flight:
+            r["reason"] = "in flight (being written by a running bias-run)"
+    done = {"ok", "failed"}
+    scope = (
+        [r for r in rows if os.path.normpath(r.get("path") or "") in planned] if planned else rows
+    )
+    n_planned = len(planned) if planned else None
+    n_complete = sum(r["status"] in done for r in scope)
+    finished = [r for r in rows if r["status"] in done]
+    mixed = {}
+    for key in DEFINING:
+        c = Counter(str(r[key]) for r in finished if r.get(key) is not None)
+        if len(c) > 1:
+            mixed[key] = dict(c)
+    sizes = Counter(str(r["batch_size"]) for r in finished if r.get("batch_size") is not None)
+    prog = Progress(
+        n_planned,
+        n_complete,
+        sum(r.get("reason") == NOT_STARTED for r in out[len(rows) :]),
+        sum(r["status"] == "incomplete" for r in scope)
+        + sum(r.get("reason") != NOT_STARTED for r in out[len(rows) :]),
+        mixed,
+        dict(sizes),
+        problems,
+    )
+    return out, prog
+
+
+def mixed_warning(mixed: Mapping[str, Mapping[str, int]]) -> str | None:
+    """One line naming every campaign-defining setting that is mixed, with counts."""
+    if not mixed:
+        return None
+    parts = [f"{k} " + ", ".join(f"{v} x{n}" for v, n in c.items()) for k, c in mixed.items()]
+    return ("mixed campaign settings: " + "; ".join(parts) + " (summary.csv columns "
+            "config_hash, method, precision tell them apart; do not fit them together)")  # fmt: skip
