@@ -62,7 +62,8 @@ def wait_for(pred, p, timeout=120.0):
 def states(out: Path) -> dict[str, str]:
     if not out.exists():
         return {}
-    return {d.name: realization_status(out, d.name) for d in out.iterdir() if d.is_dir()}
+    return {d.name: realization_status(out, d.name) for d in out.iterdir()
+            if d.is_dir() and not d.name.startswith(".")}  # fmt: skip
 
 
 def n_done(out: Path) -> int:

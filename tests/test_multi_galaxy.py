@@ -16,7 +16,7 @@ from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core.batching import realization_keys
 from shearbatch.core.posterior import build_posterior
 from shearbatch.engine import generate, inference_program
-from shearbatch.io import read_posterior
+from shearbatch.io import find_realization_dirs, read_posterior
 from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec
 
@@ -83,7 +83,7 @@ def test_vi_with_m_galaxies_writes_a_galaxy_axis(tmp_path):
                                         "--no-paired", "--rotations", "1", "--output-dir",
                                         str(tmp_path / "o"), "--no-progress"])  # fmt: skip
     assert res.exit_code in (0, 1), res.output
-    (d,) = (tmp_path / "o").iterdir()
+    (d,) = find_realization_dirs(tmp_path / "o")
     post = read_posterior(d / "posterior.nc")
     assert post["g1"].shape == (1, 100) and post["e1"].shape == (1, 100, 4)
     truth = json.loads((d / "truth.json").read_text())
