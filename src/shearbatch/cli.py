@@ -1209,7 +1209,7 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     cfg = apply_flags(load_config(kw["config_path"]), kw)
     camp = cfg.campaign
     output_dir = Path(camp.output_dir)
-    _check_out_path("--output-dir", output_dir, write=not kw["dry_run"])
+    _check_out_path("--output-dir", output_dir, write=False)  # writes: _check_writable
     n_plan = (1 if camp.shear_from_prior else len(camp.shear_grid or [])) * camp.n_realizations
     n_plan *= len(camp.shear_grid_g2 or [0])
     if camp.paired:

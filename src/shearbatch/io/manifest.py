@@ -172,8 +172,10 @@ def write_manifest(
     }
     root.mkdir(parents=True, exist_ok=True)
     path = root / MANIFEST
+    host = socket.gethostname()
+    _remove_orphans(root, host)
     # created with mode 0666 so that the user's umask decides who may read it
-    tmp = root / f".{MANIFEST}.{socket.gethostname()}.{os.getpid()}.tmp"
+    tmp = root / f".{MANIFEST}.{host}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         with os.fdopen(fd, "w") as fh:
@@ -192,6 +194,18 @@ def write_manifest(
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _remove_orphans(root: Path, host: str) -> None:
+    """Remove temporary manifests left by killed processes of this host (pid no longer alive)."""
+    for p in root.glob(f".{MANIFEST}.{host}.*.tmp"):
+        try:
+            pid = int(p.name[len(f".{MANIFEST}.{host}.") : -len(".tmp")])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            p.unlink(missing_ok=True)
+        except (ValueError, PermissionError):
+            continue
 
 
 def plan_differences(manifest: Mapping[str, Any], plan: Mapping[str, Any]) -> list[str]:
