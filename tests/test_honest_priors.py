@@ -103,7 +103,8 @@ def test_prior_dominated_campaign_is_flagged_and_the_default_is_not(campaign):
 
 def test_noise_bias_note_only_for_low_snr_joint_modes():
     """bias-stats warns about the joint mode's noise bias for MAP campaigns at survey S/N
-    (median S/N below NOISE_BIAS_SNR), never for posterior means or high S/N."""
+    (median S/N below NOISE_BIAS_SNR), and about the measured bias of averaged
+    posterior means for NUTS/VI campaigns there; never at high S/N."""
     import pandas as pd
 
     from shearbatch.analysis.acceptance import NOISE_BIAS_SNR, noise_bias_note
@@ -113,4 +114,7 @@ def test_noise_bias_note_only_for_low_snr_joint_modes():
     assert note is not None and note["median_snr"] == 15.5
     assert abs(note["expected_order"] - 15.5**-2) < 1e-12 and "S/N 15" in note["message"]
     assert noise_bias_note(low.assign(snr=2 * NOISE_BIAS_SNR)) is None
-    assert noise_bias_note(low.assign(estimate="mean")) is None
+    marginal = noise_bias_note(low.assign(estimate="mean"))
+    assert marginal is not None and marginal["expected_order"] is None
+    assert "NUTS" in marginal["message"] and "--method map" in marginal["message"]
+    assert noise_bias_note(low.assign(estimate="mean", snr=2 * NOISE_BIAS_SNR)) is None
