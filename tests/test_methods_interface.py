@@ -94,8 +94,10 @@ def prior_campaign(module_tmp, tiny_cfg):
             "--n-realizations", "2", "--batch-size", "2", "--x64", "--output-dir", str(out)]  # fmt: skip
     with registered("prior", prior_method):
         res = invoke(args)
-    assert res.exit_code == 0, res.output
-    assert "wrote 4 ok, 0 failed" in res.output
+    # draws of the prior carry no information about g: every realization is written and
+    # failed with the UNINFORMATIVE flag (bias-run exits 1 when a realization failed)
+    assert res.exit_code == 1, res.output
+    assert "wrote 0 ok, 4 failed" in res.output
     return out
 
 
@@ -113,8 +115,8 @@ def test_registered_method_runs_through_bias_run(prior_campaign):
             "truth.json",
         ]
         conv = read_json(d / "convergence.json")
-        assert conv["method"] == "prior" and conv["status"] == "ok"
-        assert conv["flags"] == 0 and conv["flag_names"] == [] and conv["passed"] is True
+        assert conv["method"] == "prior" and conv["status"] == "failed"
+        assert conv["flag_names"] == ["UNINFORMATIVE"] and conv["passed"] is False
         with xr.open_datatree(d / "posterior.nc") as tree:
             assert tree.attrs["inference_method"] == "prior"
             assert tree.attrs["run_id"] == d.name
@@ -255,7 +257,7 @@ def test_in_process_no_x64_run_restores_x64(tmp_path, tiny_cfg, prior_registered
     out = tmp_path / "f32"
     res = invoke(["--config", tiny_cfg, "--method", "prior", "--g1-true", "0.01", "--no-x64",
                   "--output-dir", str(out)])  # fmt: skip
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # written, and failed as UNINFORMATIVE (prior draws)
     (d,) = find_realization_dirs(out)
     with xr.open_dataset(d / "posterior.nc") as root:
         assert root.attrs["dtype"] == "float32"  # x64 really was off during the run

@@ -141,7 +141,7 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
     ``config``: a YAML path or a mapping with the same content. ``options`` are
     ``bias-run``'s options with underscores (``shear_grid=[-0.05, 0.05]``,
     ``shear_grid_g2=[...]``, ``n_realizations=20``, ``output_dir=...``,
-    ``method="nuts"``, ``x64=False``, ``batch_size=...``, ``paired=True``, ...);
+    ``method=<a registered method>``, ``x64=False``, ``batch_size=...``, ``paired=True``, ...);
     unknown options and bad values raise ``ValueError`` with the CLI's message.
     Complete realizations are skipped unless ``overwrite=True``.
     """

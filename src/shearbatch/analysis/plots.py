@@ -288,11 +288,12 @@ def diagnostics_figure(
         else:
             x = np.stack([g["g1"].ravel() - t1, g["g2"].ravel() - t2])
             # MAP: the Laplace Gaussian sits at the mode; VI: the guide at its own mean
-            mode = (conv.get("map_estimate") or {}) if method == "map" else {}
+            laplace = conv.get("estimate") == "mode"  # a mode estimate with its Laplace draws
+            mode = (conv.get("map_estimate") or {}) if laplace else {}
             centre = np.array([mode.get("g1", t1 + x[0].mean()) - t1,
                                mode.get("g2", t2 + x[1].mean()) - t2])  # fmt: skip
             cov = np.cov(x)
-            kind = "Laplace" if method == "map" else "guide"
+            kind = "Laplace" if laplace else "guide"
             for j, comp in enumerate(("g1", "g2")):
                 ax = row[j]
                 ax.hist(x[j], bins=40, density=True, color="C0", alpha=0.6, label="draws")

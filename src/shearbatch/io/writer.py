@@ -197,8 +197,8 @@ def _group(root, name: str, variables: Mapping[str, tuple[tuple[str, ...], np.nd
            coords: Mapping[str, int], group_attrs: Mapping[str, str]):  # fmt: skip
     g = root.createGroup(name)
     g.setncatts(dict(group_attrs))
-    for dim, size in _dim_sizes(variables).items():
-        g.createDimension(dim, size)
+    for dim, size in {**coords, **_dim_sizes(variables)}.items():  # an empty group keeps its
+        g.createDimension(dim, size)  # coordinates (a method without sample stats)
     for k, (dims, arr) in variables.items():
         _put(g, k, arr, dims)
     for dim, size in coords.items():
