@@ -70,7 +70,9 @@ def test_newton_and_laplace_are_exact_on_a_gaussian(eigenvalues, mode_atol, cov_
     np.testing.assert_allclose(np.linalg.inv(np.asarray(hess)) @ a, np.eye(3), atol=cov_rtol)
 
     # laplace(): the same mode, and x* + L^-T eps has covariance H^-1 = A^-1
-    post = types.SimpleNamespace(x0=x0, potential_fn=potential, mode_fn=potential, hessian=jax.hessian)
+    post = types.SimpleNamespace(
+        x0=x0, potential_fn=potential, mode_fn=potential, hessian=jax.hessian
+    )
     settings = map_.MapSettings("newton", 50, None, None, 10)
     lap = jax.jit(lambda obs: map_.laplace(obs, post, settings))(jnp.zeros(()))
     assert bool(lap.ok) and bool(lap.opt.converged)
