@@ -14,6 +14,7 @@ def _write(d, n_chain, method, rng):
                       observed=np.zeros((1, 8, 8)), attrs={"inference_method": method},
                       truth={"g1": 0.02, "g2": 0.02},
                       convergence={"status": "ok", "method": method,
+                                   "estimate": "mode" if method == "map" else "mean",
                                    "map_estimate": {"g1": 0.02, "g2": 0.02}})  # fmt: skip
     return d
 

@@ -314,20 +314,14 @@ def test_criteria_are_three_valued_with_realizations_needed():
     assert base["z"] == 2.0 and base["n_seeds"] == 40
 
 
-def test_m_undefined_everywhere_is_inconclusive_not_pass():
-    """One shear value only: neither slope is defined, the campaign cannot pass."""
+def test_m_undefined_everywhere_is_refused_not_passed():
+    """One shear value only: neither slope is defined, so the campaign cannot be judged;
+    analyze() refuses it with the reason (bias-stats turns that into exit 2, one line)."""
     df = grid_table(np.random.default_rng(18), n_seeds=30)
     df = df[df["g1_true"] == GRID[-1]].reset_index(drop=True)
     df = df.drop(columns=[c for c in df.columns if "_q" in c])  # no coverage test
-    res, _, _ = acceptance.analyze(df, acceptance={"max_abs_c": 1.0})
-    assert res["m1"] is None and res["m2"] is None
-    m = next(c for c in res["criteria"] if c["name"] == "|m|")
-    assert m["status"] == "inconclusive"
-    assert m["reason"] == "m undefined: need at least two distinct g_true values"
-    assert {c["status"] for c in res["criteria"] if c["name"] != "|m|"} == {"pass"}
-    assert res["verdict"] == "INCONCLUSIVE" and not res["passed"]
-    names = {c["name"] for c in res["criteria"]}
-    assert "|m1|" not in names and "|m2|" not in names
+    with pytest.raises(ValueError, match=acceptance.M_UNDEFINED):
+        acceptance.analyze(df, acceptance={"max_abs_c": 1.0})
 
 
 def test_acceptance_yaml_min_seeds_and_z(tmp_path):

@@ -210,7 +210,7 @@ def _version_option() -> Any:
 
 
 _X64_HELP = (
-    "Precision of generation and inference: --x64 float64 (jax_enable_x64), --no-x64 float32 "
+    "Precision of generation and inference: --x64 float64 (set once per run by shearbatch.runtime), --no-x64 float32 "
     "(faster, half the memory; measured safe for MAP from S/N 15 to 1.2e5, see README)."
 )
 _CACHE_HELP = (

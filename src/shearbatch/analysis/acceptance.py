@@ -280,12 +280,10 @@ def criteria(
         for q, x, err, thr in (("m", f.m, f.m_err, acc["max_abs_m"]),
                                ("c", f.c, f.c_err, acc["max_abs_c"])):  # fmt: skip
             if x is None:
-                continue  # undefined: not a criterion (both undefined: see below)
+                continue  # undefined: not a criterion (both undefined: analyze() refuses)
             status, need, why = decide(x, err, thr, z, n_used)
             out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z, n_needed=need,
                                   error_method=error_label(f), reason=why))  # fmt: skip
-    if all(f.m is None for f in fits.values()):
-        out.insert(0, _criterion("|m|", None, acc["max_abs_m"], "inconclusive", reason=M_UNDEFINED))
     for comp, levels in cov.items():
         for lev, r in levels.items():
             if "observed" not in r:
