@@ -149,7 +149,7 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
     import yaml
 
     from . import runtime
-    from .cli import _claimed, _plan_run, _write_manifest, bias_run
+    from .cli import _plan_run, _write_manifest, bias_run, run_claimed
     from .schema import ConfigError
 
     # every option at the command's own default, as click would pass it
@@ -173,8 +173,6 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
         except (ConfigError, click.UsageError) as err:
             msg = err.format_message() if isinstance(err, click.UsageError) else str(err)
             raise ValueError(msg) from None
-    from .engine import run_campaign
-
     if kw.get("emit_sbatch"):
         raise ValueError("run: emit_sbatch writes a SLURM script; use bias-run --emit-sbatch")
     cache_dir = kw["cache_dir"] or runtime.default_cache_dir(job["output_dir"])  # as bias-run
@@ -184,15 +182,7 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
             provenance = _write_manifest(job, kw["overwrite"])
         except click.UsageError as err:
             raise ValueError(err.format_message()) from None
-        with _claimed(job, kw["overwrite"]) as todo:
-            report = run_campaign(
-                job["spec"],
-                todo,
-                output_dir=job["output_dir"],
-                batch_size=job["batch_size"],
-                progress=bool(kw["progress"]),
-                provenance=provenance,
-            )
+        report = run_claimed(job, kw, provenance, progress=bool(kw["progress"]))
     logger.info("wrote %d ok, %d failed realization(s) under %s", report.n_ok, report.n_failed,
                 job["output_dir"])  # fmt: skip
     return Campaign(job["output_dir"], report=report)

@@ -603,7 +603,6 @@ def bias_run(**kw: Any) -> int:
             _preview(job, Path(kw["preview"]))
         if kw["dry_run"]:
             return 0
-        from .engine import run_campaign
         from .io import WriteError
 
         provenance = _write_manifest(job, kw["overwrite"])
@@ -613,18 +612,8 @@ def bias_run(**kw: Any) -> int:
         _record_command(job)
         progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
         try:
-            with _claimed(job, kw["overwrite"]) as todo:
-                report = run_campaign(
-                    job["spec"],
-                    todo,
-                    output_dir=job["output_dir"],
-                    batch_size=job["batch_size"],
-                    progress=progress,
-                    overlap=kw["overlap"],
-                    stop=stop.event,
-                    deadline=deadline,
-                    provenance=provenance,
-                )
+            report = run_claimed(job, kw, provenance, progress=progress, stop=stop.event,
+                                 deadline=deadline)  # fmt: skip
         except WriteError as err:
             click.echo(f"Error: {err}; {_resume_hint(job)}", err=True)
             return 4
@@ -1018,6 +1007,18 @@ def _write_manifest(job: dict[str, Any], overwrite: bool) -> dict[str, Any]:
         logger.warning("plan settings %s differ from %s: bias-extract counts this campaign "
                        "against that file's plan", ", ".join(diff), root / mf.MANIFEST)  # fmt: skip
     return mf.realization_provenance(config=cfg, campaign=job["plan_info"], env=env)
+
+
+def run_claimed(job: dict[str, Any], kw: dict[str, Any], provenance: dict[str, Any],
+                **engine_kw: Any):  # fmt: skip
+    """Claim this task's realizations and run them (``bias-run`` and ``shearbatch.run``);
+    ``engine_kw``: :func:`shearbatch.engine.run_campaign`'s progress / stop / deadline."""
+    from .engine import run_campaign
+
+    with _claimed(job, kw["overwrite"]) as todo:
+        return run_campaign(job["spec"], todo, output_dir=job["output_dir"],
+                            batch_size=job["batch_size"], overlap=kw["overlap"],
+                            provenance=provenance, **engine_kw)  # fmt: skip
 
 
 @contextlib.contextmanager
