@@ -139,6 +139,8 @@ FLAG_CASES = [
     (["--shear-grid", "0.01", "--n-realizations", "1000000000000"], "--n-realizations"),
     (["--shear-grid", "0.01", "--base-seed", "-2"], "--base-seed"),
     (["--shear-grid", "0.01", "--method", "hmc"], "--method"),
+    (["--shear-grid", "0.01", "--lane-chunk", "wide"], "--lane-chunk"),
+    (["--shear-grid", "0.01", "--lane-chunk", "0"], "--lane-chunk"),
     (["--shear-grid", "0.01", "--bogus"], "--bogus"),
     (["--g1-true", "0.01", "--run-id", "a/b"], "--run-id"),
 ]  # fmt: skip

@@ -545,6 +545,18 @@ class _RunCommand(_Command):
     ),
 )
 @click.option(
+    "--lane-chunk",
+    default="auto",
+    metavar="auto|off|N",
+    help=_help(
+        "Lanes evaluated together inside the compiled program: auto = 8 on CPU, where a "
+        "narrow vmap keeps a batch's intermediates in cache (bench/bench_chunking.py), the "
+        "whole batch on GPUs; off = the whole batch. Speed only: a lane's result is "
+        "bit-identical to a batch of the chunk's width.",
+        default="auto",
+    ),
+)
+@click.option(
     "--time-limit",
     default=None,
     help=_help(
@@ -683,7 +695,7 @@ def _compile_first(job: dict[str, Any], cache: str) -> None:
     import jax
 
     from .core.batching import pad_to, realization_keys
-    from .engine import generate, inference_program
+    from .engine import generate, inference_program, lane_chunk_for
 
     spec, lanes = job["spec"], job["batch_size"]
     devs = jax.devices()
@@ -693,8 +705,8 @@ def _compile_first(job: dict[str, Any], cache: str) -> None:
         logger.info("%d local devices: no shared compile step, each task compiles or "
                     "reads the cache itself", len(jax.local_devices()))  # fmt: skip
         return
-    what = [spec.config_hash, spec.method, spec.precision, lanes, jax.__version__,
-            devs[0].platform, devs[0].device_kind, len(devs)]  # fmt: skip
+    what = [spec.config_hash, spec.method, spec.precision, lanes, job["lane_chunk"],
+            jax.__version__, devs[0].platform, devs[0].device_kind, len(devs)]  # fmt: skip
     key = hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
     with runtime.compile_lock(cache) as waited:
         marker = Path(cache) / f".compiled-{key}"
@@ -706,7 +718,7 @@ def _compile_first(job: dict[str, Any], cache: str) -> None:
         padded = pad_to(job["todo"][:lanes], lanes)
         sim = generate(spec, padded)
         keys = realization_keys([r.seed for r in padded], spec.rng_seed)
-        _, program = inference_program(spec)
+        _, program = inference_program(spec, chunk=lane_chunk_for(job["lane_chunk"]))
         jax.block_until_ready(sim.images)
         program.lower(keys, sim.images).compile()
         marker.touch()
@@ -1018,7 +1030,8 @@ def run_claimed(job: dict[str, Any], kw: dict[str, Any], provenance: dict[str, A
     with _claimed(job, kw["overwrite"]) as todo:
         return run_campaign(job["spec"], todo, output_dir=job["output_dir"],
                             batch_size=job["batch_size"], overlap=kw["overlap"],
-                            provenance=provenance, **engine_kw)  # fmt: skip
+                            lane_chunk=job["lane_chunk"], provenance=provenance,
+                            **engine_kw)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -1161,6 +1174,9 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
     for flag in ("batch_size", "n_realizations"):
         if kw[flag] is not None and kw[flag] < 1:
             raise _fail(f"--{flag.replace('_', '-')}: must be >= 1, got {kw[flag]}")
+    lane_chunk = str(kw.get("lane_chunk", "auto")).strip().lower()
+    if lane_chunk not in ("auto", "off") and not (lane_chunk.isdigit() and int(lane_chunk) >= 1):
+        raise _fail(f"--lane-chunk: auto, off or a number of lanes >= 1, got {kw['lane_chunk']!r}")
     for flag in ("base_seed", "seed"):
         if kw[flag] is not None and kw[flag] < 0:
             raise _fail(f"--{flag.replace('_', '-')}: must be >= 0, got {kw[flag]}")
@@ -1302,6 +1318,7 @@ def _plan_run(kw: dict[str, Any]) -> dict[str, Any]:
         "todo": todo,
         "status": status,
         "batch_size": batch_size,
+        "lane_chunk": lane_chunk,
         "output_dir": output_dir,
         "task": (task_id, task_count),
         "expect": expect,

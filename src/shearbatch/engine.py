@@ -26,7 +26,15 @@ import numpy as np
 from . import __version__
 from .campaign import Realization, make_batches
 from .core import flags as fl
-from .core.batching import batched, lane_mesh, lanes_for, pad_to, realization_keys
+from .core.batching import (
+    batched,
+    chunk_width,
+    default_chunk,
+    lane_mesh,
+    lanes_for,
+    pad_to,
+    realization_keys,
+)
 from .core.checks import chi2_fn, misfit
 from .core.generate import FIELDS, SimBatch, simulate
 from .core.methods import get as get_method
@@ -37,7 +45,7 @@ from .io import WriteError, WriterPool, clean_orphans, write_realization
 from .io.writer import describe_write_error
 from .spec import RunSpec
 
-__all__ = ["CampaignReport", "inference_program", "run_campaign"]
+__all__ = ["CampaignReport", "inference_program", "lane_chunk_for", "run_campaign"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +63,24 @@ class CampaignReport(NamedTuple):
 
 
 def inference_program(
-    spec: RunSpec, mesh: jax.sharding.Mesh | None = None
+    spec: RunSpec, mesh: jax.sharding.Mesh | None = None, chunk: int | None = None
 ) -> tuple[Any, Callable[[jax.Array, jax.Array], Any]]:
     """``(method, program)``: the batched ``program(keys, obs) -> Draws`` of ``spec``'s
-    method (lanes split over ``mesh``'s devices when given)."""
+    method (lanes split over ``mesh``'s devices when given, evaluated ``chunk`` lanes at
+    a time when given: :func:`shearbatch.core.batching.batched`)."""
     method = get_method(spec.method, spec.inference)
     post = build_posterior(spec.model)
-    return method, batched(lambda key, obs: method.fit(key, obs, post), mesh)
+    return method, batched(lambda key, obs: method.fit(key, obs, post), mesh, chunk)
+
+
+def lane_chunk_for(lane_chunk: int | str | None) -> int | None:
+    """The chunk width asked for: ``"auto"`` -> :func:`default_chunk` of the backend;
+    None, 0 or ``"off"`` -> None (the whole batch in one ``vmap``); a number -> itself."""
+    if lane_chunk == "auto":
+        return default_chunk()
+    if lane_chunk in (None, "off"):
+        return None
+    return int(lane_chunk) or None
 
 
 def generate(spec: RunSpec, batch: Sequence[Realization]) -> SimBatch:
@@ -104,6 +123,7 @@ def run_campaign(
     stop: threading.Event | None = None,
     deadline: float | None = None,
     provenance: dict[str, Any] | None = None,
+    lane_chunk: int | str | None = "auto",
 ) -> CampaignReport:
     """Infer every realization and write its directory under ``output_dir``.
 
@@ -123,6 +143,8 @@ def run_campaign(
     ``provenance`` (config, plan, versions, device: see
     :func:`shearbatch.io.manifest.realization_provenance`) is recorded in every
     ``convergence.json``, next to its seed, batch size and config hash.
+    ``lane_chunk``: lanes evaluated together inside the compiled program
+    (:func:`lane_chunk_for`); it changes speed, not results beyond the last bit.
     """
     simulate_fn, t_start, todo = simulate_fn or generate, time.perf_counter(), list(realizations)
     mesh = lane_mesh()
@@ -134,7 +156,12 @@ def run_campaign(
         logger.info("lanes split over %d devices: %s", mesh.devices.size,
                     ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
     batches = make_batches(todo, batch_size)
-    method, program = inference_program(spec, mesh)
+    chunk = lane_chunk_for(lane_chunk)
+    per_device = batch_size // (1 if mesh is None else mesh.devices.size)
+    if (width := chunk_width(per_device, chunk)) is not None:
+        logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
+                    width, per_device // width)  # fmt: skip
+    method, program = inference_program(spec, mesh, chunk)
     check = batched(chi2_fn(spec.model))  # the residual at each estimate (core/checks.py)
     dtype = str(jnp.result_type(float))
     status: dict[str, str] = {}

@@ -14,6 +14,15 @@ evaluates its own contiguous block of lanes as an independent program (no
 communication: even the batched while-loops of the optimisers stop per device),
 so a batch of ``B`` lanes on ``N`` devices computes per device what one device
 computes at batch ``B / N``.
+
+On CPU a wide batch is slower per lane than a narrow one: the whole batch's
+intermediates (stamps, FFT grids, optimiser states) leave the cache. Given a
+``chunk``, :func:`batched` evaluates the lanes in chunks of that width inside the
+compiled program (``lax.map`` over ``vmap``-ed chunks, one compiled body): each
+chunk's while-loops also stop when that chunk is done rather than the whole batch.
+Lanes are independent, so every lane's result is the same as without chunks
+(tests/test_batching.py checks it bit for bit). :func:`default_chunk` picks it per
+backend from ``bench/bench_chunking.py``'s measurements.
 """
 
 from __future__ import annotations
@@ -24,10 +33,54 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["LANES", "batched", "lane_mesh", "lanes_for", "pad_to", "realization_keys"]
+__all__ = [
+    "LANES",
+    "batched",
+    "chunk_width",
+    "default_chunk",
+    "lane_mesh",
+    "lanes_for",
+    "pad_to",
+    "realization_keys",
+]
 
 #: the mesh axis of the realization (lane) dimension
 LANES = "lanes"
+
+#: lanes per chunk on CPU (bench/bench_chunking.py); accelerators take the whole batch
+CPU_CHUNK = 16
+
+
+def default_chunk(platform: str | None = None) -> int | None:
+    """The lane chunk for ``platform`` (default: JAX's default backend): ``CPU_CHUNK``
+    on CPU, None (the whole batch in one ``vmap``) on GPUs and TPUs."""
+    return CPU_CHUNK if (platform or jax.default_backend()) == "cpu" else None
+
+
+def chunk_width(lanes: int, chunk: int | None) -> int | None:
+    """The chunk width used for ``lanes`` lanes: the largest divisor of ``lanes`` that
+    is at most ``chunk`` and at least half of it (one compiled body, no remainder), or
+    None (no chunking) when ``chunk`` is unset, covers every lane or has no such divisor."""
+    if not chunk or chunk >= lanes:
+        return None
+    for c in range(chunk, (chunk + 1) // 2 - 1, -1):
+        if c > 0 and lanes % c == 0:
+            return c
+    return None
+
+
+def _in_chunks(vfn: Callable[..., Any], chunk: int) -> Callable[..., Any]:
+    """``vfn`` (vmapped over the leading axis) evaluated ``chunk`` lanes at a time."""
+
+    def run(*args: Any) -> Any:
+        lanes = jax.tree.leaves(args)[0].shape[0]
+        if (c := chunk_width(lanes, chunk)) is None:
+            return vfn(*args)
+        split = jax.tree.map(lambda a: a.reshape(lanes // c, c, *a.shape[1:]), args)
+        out = jax.lax.map(lambda xs: vfn(*xs), split)
+        return jax.tree.map(lambda a: a.reshape(lanes, *a.shape[2:]), out)
+
+    return run
 
 
 def lane_mesh(devices: Sequence[Any] | None = None) -> jax.sharding.Mesh | None:
@@ -44,17 +97,20 @@ def lanes_for(batch_size: int, mesh: jax.sharding.Mesh | None) -> int:
     return -(-batch_size // n) * n
 
 
-def batched(fn: Callable[..., Any], mesh: jax.sharding.Mesh | None = None) -> Callable[..., Any]:
+def batched(
+    fn: Callable[..., Any], mesh: jax.sharding.Mesh | None = None, chunk: int | None = None
+) -> Callable[..., Any]:
     """``jit(vmap(fn))`` over the leading realization axis of every argument; with a
-    ``mesh``, that axis is split over its devices (``shard_map``, no communication)."""
+    ``mesh``, that axis is split over its devices (``shard_map``, no communication);
+    with a ``chunk``, each device evaluates its lanes ``chunk`` at a time
+    (:func:`chunk_width`)."""
+    vfn = jax.vmap(fn) if not chunk else _in_chunks(jax.vmap(fn), chunk)
     if mesh is None:
-        return jax.jit(jax.vmap(fn))
+        return jax.jit(vfn)
     spec = jax.sharding.PartitionSpec(LANES)
     # check_vma off: the per-realization code has no collectives, and its loops start
     # from constants that the varying-axis type check would ask to be cast
-    per_device = jax.shard_map(
-        jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False
-    )
+    per_device = jax.shard_map(vfn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     program = jax.jit(per_device)
     lanes = jax.sharding.NamedSharding(mesh, spec)
 

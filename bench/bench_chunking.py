@@ -1,0 +1,116 @@
+"""Lane chunking inside the compiled program (issue 14, item 2): inference time per
+realization against the chunk width, and the check that chunks change no result.
+
+For each config in ``--configs`` and each batch size in ``--batches`` it builds the
+campaign's inference program (``shearbatch.engine.inference_program``, the same one
+``bias-run`` runs) once per chunk width in ``--chunks`` (0 = the whole batch in one
+``vmap``, the path before chunking), times ``--repeats`` calls after compilation
+(median, ``block_until_ready``) and compares every output leaf with the unchunked
+program's (XLA vectorises another width differently, so expect the last bit to differ;
+a chunk of width c is bit-identical to an unchunked batch of c lanes: tests/test_batching.py). Prints a table and writes ``results/benchmarks/chunking.json``
+and a PNG; ``shearbatch.core.batching.CPU_CHUNK`` is chosen from these figures::
+
+    .venv/bin/python bench/bench_chunking.py [--batches 16 64 256] [--chunks 0 4 8 16 32 64]
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+import _harness as h
+
+GRID = (-0.05, -0.02, 0.02, 0.05)
+
+
+def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) -> list[dict]:
+    import jax
+
+    from shearbatch.campaign import plan_campaign
+    from shearbatch.core.batching import chunk_width, realization_keys
+    from shearbatch.engine import generate, inference_program
+    from shearbatch.schema import load_config
+    from shearbatch.spec import run_spec
+
+    raw = load_config(h.ROOT / cfg)
+    raw = raw.model_copy(update={"inference": raw.inference.model_copy(update={"method": method})})
+    spec = run_spec(raw)
+    plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
+    sim = generate(spec, plan)
+    keys = realization_keys([r.seed for r in plan], spec.rng_seed)
+    rows, ref = [], None
+    for chunk in chunks:
+        _, program = inference_program(spec, chunk=chunk or None)
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(program(keys, sim.images))
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(program(keys, sim.images))
+            times.append(time.perf_counter() - t0)
+        leaves = [np.asarray(a) for a in jax.tree.leaves(out)]
+        if ref is None:
+            ref = leaves
+        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(leaves, ref, strict=True))
+        worst = max(float(np.nanmax(np.abs(a.astype(float) - b.astype(float)), initial=0.0))
+                    for a, b in zip(leaves, ref, strict=True))  # fmt: skip
+        med = h.median(times)
+        rows.append({"config": cfg, "method": method, "batch_size": batch, "chunk": chunk,
+                     "width": chunk_width(batch, chunk or None) or batch,
+                     "first_call_s": first, "median_s": med, "ms_per_realization": 1e3 * med / batch,
+                     "bit_identical": same, "max_abs_diff": worst})  # fmt: skip
+    base = rows[0]["median_s"]
+    for r in rows:
+        r["speedup"] = base / r["median_s"]
+    return rows
+
+
+def draw(fig, res: dict[str, Any]) -> None:
+    """ms per realization against the chunk width, one line per (config, batch)."""
+    ax = fig.subplots()
+    keys = sorted({(r["config"], r["method"], r["batch_size"]) for r in res["rows"]})
+    for cfg, method, batch in keys:
+        rows = [r for r in res["rows"] if (r["config"], r["method"], r["batch_size"]) == (cfg, method, batch)]  # fmt: skip
+        ax.plot([r["width"] for r in rows], [r["ms_per_realization"] for r in rows], "o-",
+                label=f"{cfg.split('/')[-1]} {method} B={batch}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("lanes per chunk (the rightmost point of a line: no chunking)")
+    ax.set_ylabel("inference ms per realization (median)")
+    ax.set_title("Lane chunking inside the compiled program, CPU")
+    ax.legend(fontsize=7)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = h.parser(__doc__, "chunking", repeats=3)
+    h.add_x64(ap)
+    ap.add_argument("--configs", nargs="+", default=[
+        "configs/level0.yaml:map", "configs/survey_snr30.yaml:map",
+        "configs/survey_snr30.yaml:nuts:16,32"], help="CONFIG:METHOD[:B,B,...] (batches "
+        "other than --batches)")  # fmt: skip
+    ap.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
+    ap.add_argument("--chunks", type=int, nargs="+", default=[0, 4, 8, 16, 32, 64])
+    a = ap.parse_args(argv)
+    h.configure(a.x64)
+    res: dict[str, Any] = {**h.provenance("float64" if a.x64 else "float32"),
+                           "settings": h.settings(a), "rows": []}  # fmt: skip
+    h.banner(res)
+    table = h.Table([("config", "18s"), ("B", "5d"), ("chunk", "6d"), ("ms/real", "8.2f"),
+                     ("speed-up", "9s"), ("first_s", "8.1f"), ("identical", "10s")])  # fmt: skip
+    for item in a.configs:
+        cfg, method, *bs = [*item.split(":"), "map"][:2] + item.split(":")[2:]
+        for batch in [int(b) for b in bs[0].split(",")] if bs else a.batches:
+            chunks = [0] + [c for c in a.chunks if 0 < c < batch]
+            for r in measure(cfg, method, batch, chunks, a.repeats):
+                res["rows"].append(r)
+                table.row(cfg.split("/")[-1], batch, r["width"], r["ms_per_realization"],
+                          f"{r['speedup']:.2f}x", r["first_call_s"],
+                          "yes" if r["bit_identical"] else f"no {r['max_abs_diff']:.0e}")  # fmt: skip
+    h.write_json(res, a.out, draw)
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Lane chunking inside the compiled program (core/batching.py): which width is used, and
+that chunks change no lane's result: per-lane while loops give exactly the unchunked
+values, and the MAP program agrees with the unchunked one (of the chunk's width, and of
+the whole batch) to rounding, with the same optimizer step counts and flags."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import write_config
+from shearbatch.campaign import plan_campaign
+from shearbatch.core.batching import batched, chunk_width, default_chunk, realization_keys
+from shearbatch.engine import generate, inference_program, lane_chunk_for
+from shearbatch.schema import load_config
+from shearbatch.spec import run_spec
+
+
+@pytest.mark.parametrize(
+    ("lanes", "chunk", "width"),
+    [(64, 16, 16), (64, 8, 8), (48, 16, 16), (40, 16, 10), (20, 16, 10), (17, 16, None),
+     (16, 16, None), (8, 16, None), (64, None, None), (64, 0, None), (12, 8, 6), (7, 8, None)],
+)  # fmt: skip
+def test_chunk_width_divides_the_lanes_or_is_none(lanes, chunk, width):
+    assert chunk_width(lanes, chunk) == width
+
+
+def test_default_chunk_per_backend():
+    assert default_chunk("cpu") >= 2
+    assert default_chunk("gpu") is None and default_chunk("tpu") is None
+    assert lane_chunk_for("auto") == default_chunk()
+    assert lane_chunk_for("off") is None and lane_chunk_for(None) is None
+    assert lane_chunk_for("4") == 4 and lane_chunk_for(0) is None
+
+
+def _newton_sqrt(a):
+    """A per-lane while loop whose trip count depends on the lane (as the optimisers')."""
+
+    def body(s):
+        x, n = s
+        return 0.5 * (x + a / x), n + 1
+
+    x, n = jax.lax.while_loop(lambda s: jnp.abs(s[0] ** 2 - a) > 1e-12 * a, body, (a + 1.0, 0))
+    return {"x": x, "n": n, "y": jnp.sum(jnp.sin(jnp.arange(50.0) * x))}
+
+
+def test_chunked_while_loops_stop_per_lane_and_match():
+    a = jnp.asarray(np.random.default_rng(0).uniform(0.1, 1e6, size=24))
+    whole = batched(_newton_sqrt)(a)
+    chunked = batched(_newton_sqrt, chunk=8)(a)
+    assert len(set(np.asarray(whole["n"]).tolist())) > 3  # trip counts differ per lane
+    for k in whole:
+        np.testing.assert_array_equal(chunked[k], whole[k])
+    for i in range(0, 24, 8):  # and each chunk is a batch of 8
+        part = batched(_newton_sqrt)(a[i : i + 8])
+        for k in part:
+            np.testing.assert_array_equal(chunked[k][i : i + 8], part[k])
+
+
+@pytest.fixture(scope="module")
+def map_programs(module_tmp):
+    """Level 0 MAP + Laplace on a 16-pixel stamp at survey noise: 16 lanes in chunks of 8,
+    the same 16 unchunked, and the first 8 alone."""
+    cfg = write_config(module_tmp / "small.yaml", {"image.size_x": 16, "image.size_y": 16,
+                                                   "image.noise.sigma": 2e-3})  # fmt: skip
+    spec = run_spec(load_config(cfg))
+    plan = plan_campaign((-0.05, -0.02, 0.02, 0.05), n_realizations=4)
+    sim = generate(spec, plan)
+    keys = realization_keys([r.seed for r in plan], spec.rng_seed)
+    run = {c: inference_program(spec, chunk=c)[1] for c in (8, None)}
+    return {
+        "chunked": run[8](keys, sim.images),
+        "whole": run[None](keys, sim.images),
+        "eight": run[None](keys[:8], sim.images[:8]),
+    }
+
+
+def _same_to_rounding(a, b):
+    """Integers and flags exactly; floats to rounding (XLA vectorises another width
+    differently, so the last bits of a reduction may differ, as between batch sizes)."""
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        if np.issubdtype(x.dtype, np.floating):
+            np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-14)
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
+def test_map_chunked_matches_a_batch_of_its_width(map_programs):
+    chunked, eight = map_programs["chunked"], map_programs["eight"]
+    assert bool(np.all(chunked.info["converged"]))
+    _same_to_rounding(jax.tree.map(lambda x: x[:8], chunked), eight)
+
+
+def test_map_chunked_matches_the_unchunked_batch(map_programs):
+    _same_to_rounding(map_programs["chunked"], map_programs["whole"])
