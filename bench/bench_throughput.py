@@ -3,15 +3,17 @@
 ``shearbatch.engine.run_campaign`` as ``bias-run`` calls it (simulate -> batched MAP +
 Laplace -> write three files per realization), in this process, float64:
 
-1. The target: ``--n`` (1024) realizations at batch ``--batch-size`` (64), serial
-   writes (``--no-overlap``) and background writers (threads, and spawned processes),
-   one after the other in this run; throughput after the first batch (which compiles).
+1. The target: ``--n`` (1024) realizations at batch ``--batch-size`` (64): the path
+   before issue 14 (serial writes, the whole batch in one ``vmap``: ``--no-overlap
+   --lane-chunk off``), serial writes with lanes in chunks (``--no-overlap``), and
+   background writers (threads, bias-run's default; spawned processes), one after the
+   other in this run; throughput after the first batch (which compiles).
 2. The sweep: realizations/s against batch size ``--batches`` (1 .. 1024), serial vs
    overlapped, ``max(--sweep-n, 2 x batch)`` realizations each.
 3. The cost of one ``posterior.nc``: xarray ``DataTree.to_netcdf`` (the writer before)
    vs netCDF4 directly (the writer now), CPU ms per file, median of ``--files``; and
    the CPU time per realization of its inference (one batch of ``--batch-size``, after
-   compilation) and of writing its three files: on a machine with a free core,
+   compilation; lanes in chunks and, for comparison, unchunked) and of writing its three files: on a machine with a free core,
    overlapping can at best hide the smaller of the two, so the speed-up over serial
    writes is bounded by ``(inference + write) / max(inference, write)``.
    ``--only-costs`` measures this part alone.
@@ -38,7 +40,10 @@ import yaml
 import _harness as h
 
 GRID = (-0.05, -0.02, 0.02, 0.05)
-MODES = {"serial": {"overlap": False}, "threads": {"overlap": True},
+# "unchunked": serial writes and one vmap over the whole batch (the path before issue 14);
+# the others evaluate lanes in chunks (bias-run's default --lane-chunk auto)
+MODES = {"unchunked": {"overlap": False, "lane_chunk": None}, "serial": {"overlap": False},
+         "threads": {"overlap": True},
          "processes": {"overlap": True, "writer_kind": "process"}}  # fmt: skip
 
 
@@ -104,19 +109,22 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.batching import realization_keys
-    from shearbatch.engine import _records, generate, inference_program
+    from shearbatch.engine import _records, generate, inference_program, lane_chunk_for
     from shearbatch.io import write_realization
 
     plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
-    method, program = inference_program(spec)
     sim = generate(spec, plan)
     keys = realization_keys([r.seed for r in plan], spec.rng_seed)
-    _, _, draws = h.time_calls(program, (keys, sim.images), 0)  # compile (persistent cache)
-    cpu = []
-    for _ in range(3):
-        c0 = time.process_time()
-        draws = jax.tree.map(np.asarray, program(keys, sim.images))
-        cpu.append((time.process_time() - c0) / batch)
+    cpu_of = {}
+    for name, chunk in (("unchunked", None), ("chunked", lane_chunk_for("auto"))):
+        method, program = inference_program(spec, chunk=chunk)
+        _, _, draws = h.time_calls(program, (keys, sim.images), 0)  # compile (persistent cache)
+        cpu = []
+        for _ in range(3):
+            c0 = time.process_time()
+            draws = jax.tree.map(np.asarray, program(keys, sim.images))
+            cpu.append((time.process_time() - c0) / batch)
+        cpu_of[name] = 1e3 * h.median(cpu)
     obs, write = np.asarray(sim.images), []
     for b, r in enumerate(plan):
         lane = jax.tree.map(lambda a, b=b: a[b], draws)
@@ -124,8 +132,9 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
         rec = _records(spec, method, r, lane, obs[b], sim, b, "float64")
         write_realization(tmp / "cpu" / r.run_id, observed=obs[b], **rec)
         write.append(time.process_time() - c0)
-    inf_ms, write_ms = 1e3 * h.median(cpu), 1e3 * h.median(write)
-    return {"batch_size": batch, "inference_cpu_ms": inf_ms, "records_and_write_cpu_ms": write_ms,
+    inf_ms, write_ms = cpu_of["chunked"], 1e3 * h.median(write)
+    return {"batch_size": batch, "inference_cpu_ms": inf_ms,
+            "inference_unchunked_cpu_ms": cpu_of["unchunked"], "records_and_write_cpu_ms": write_ms,
             "overlap_speedup_bound": (inf_ms + write_ms) / max(inf_ms, write_ms)}  # fmt: skip
 
 
@@ -182,7 +191,8 @@ def main() -> None:
           f"{wc['netcdf4_direct']['cpu_ms']:.1f} ms CPU per file ({wc['ratio_cpu']:.1f}x)")  # fmt: skip
     res["cpu_per_realization"] = cp = cpu_per_realization(spec, args.batch_size, tmp)
     print(f"CPU per realization at batch {cp['batch_size']}: inference "
-          f"{cp['inference_cpu_ms']:.1f} ms, records + three files {cp['records_and_write_cpu_ms']:.1f}"
+          f"{cp['inference_cpu_ms']:.1f} ms (unchunked {cp['inference_unchunked_cpu_ms']:.1f} ms), "
+          f"records + three files {cp['records_and_write_cpu_ms']:.1f}"
           f" ms: overlap can gain at most {cp['overlap_speedup_bound']:.2f}x")  # fmt: skip
     if args.only_costs:
         h.write_json(res, args.out)
@@ -190,7 +200,7 @@ def main() -> None:
         return
     table = h.Table([("n", "6d"), ("batch", "6d"), ("mode", "10s"), ("wall s", "8.1f"),
                      ("1st batch s", "11.1f"), ("real/s", "8.1f"), ("load", "5.1f")])  # fmt: skip
-    modes = ["serial", "threads"] + ([] if args.no_processes else ["processes"])
+    modes = ["unchunked", "serial", "threads"] + ([] if args.no_processes else ["processes"])
     res["target"] = []
     for mode in modes * args.repeats:
         r = campaign(spec, args.n, args.batch_size, tmp / "out", mode)
@@ -200,8 +210,12 @@ def main() -> None:
     by = {m: h.median([r["realizations_per_s"] for r in res["target"] if r["mode"] == m])
           for m in modes}  # fmt: skip
     res["speedup"] = {m: by[m] / by["serial"] for m in modes if m != "serial"}
+    res["speedup_over_unchunked_serial"] = {m: by[m] / by["unchunked"] for m in modes
+                                            if m != "unchunked"}  # fmt: skip
     print("post-compile speed-up over serial writes: "
           + ", ".join(f"{m} {v:.2f}x" for m, v in res["speedup"].items()))  # fmt: skip
+    print("over the unchunked serial path (before issue 14): "
+          + ", ".join(f"{m} {v:.2f}x" for m, v in res["speedup_over_unchunked_serial"].items()))  # fmt: skip
     res["sweep"] = []
     for b in args.batches:
         for mode in ("serial", "threads"):

@@ -123,7 +123,7 @@ def summary(res: dict) -> dict:
 
 
 def validate(level: str, a: argparse.Namespace) -> dict:
-    out = ROOT / "results" / "validation" / level
+    out = ROOT / "results" / "validation" / (level + (f"_{a.tag}" if a.tag else ""))
     work = out / "runs"
     if work.exists() and not a.resume:
         shutil.rmtree(work)
@@ -220,6 +220,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--sbc", type=int, default=0, help="SBC realizations (0: none)")
     ap.add_argument("--nice", type=int, default=5, help="niceness of the campaigns")
     ap.add_argument("--resume", action="store_true", help="keep complete realizations")
+    ap.add_argument(
+        "--tag",
+        default=None,
+        help="write results/validation/<level>_<tag>/ (e.g. a method override)",
+    )
     a = ap.parse_args(argv)
     return [validate(level, a) for level in a.levels]
 

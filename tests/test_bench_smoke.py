@@ -132,3 +132,16 @@ def test_nuts(tmp_path):
     joint = potential_energy(joint_model, (obs,), {}, split(x.reshape(-1)))
     single = sum(post.potential_fn(x[r], obs[r]) for r in range(3))
     np.testing.assert_allclose(joint, single, rtol=1e-12)
+
+
+def test_chunking(tmp_path):
+    """Two chunk widths of a 4-lane Level 0 MAP batch on a small stamp config."""
+    from conftest import write_config
+
+    cfg = write_config(tmp_path / "small.yaml", {"image.size_x": 16, "image.size_y": 16})
+    rel = os.path.relpath(cfg, ROOT)
+    rec = run_bench("chunking", tmp_path, "--configs", f"{rel}:map:4", "--chunks", "0", "2",
+                    "--repeats", "1")  # fmt: skip
+    assert [(r["batch_size"], r["width"]) for r in rec["rows"]] == [(4, 4), (4, 2)]
+    assert all(r["ms_per_realization"] > 0 for r in rec["rows"])
+    assert rec["rows"][0]["bit_identical"] and rec["rows"][1]["max_abs_diff"] < 1e-10

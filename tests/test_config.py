@@ -143,3 +143,24 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("image: {pixel_scale: [\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(bad)
+
+
+def test_position_prior_uniform_box_or_normal_point(raw):
+    from shearbatch.spec import run_spec
+
+    raw = copy.deepcopy(raw)
+    raw["image"].update(size_x=16, size_y=16)
+    raw["gal"]["position"] = {"type": "Normal", "x": 8.5, "y": 7.0, "sigma": 0.3}
+    fields = run_spec(parse_config(raw)).model.fields
+    assert (fields.dx.kind, fields.dx.args) == ("normal", (0.5, 0.3))
+    assert (fields.dy.kind, fields.dy.args) == ("normal", (-1.0, 0.3))
+    raw["gal"]["position"] = {"x_min": 7.5, "x_max": 8.5, "y_min": 7.5, "y_max": 8.5}
+    assert run_spec(parse_config(raw)).model.fields.dx.kind == "uniform"
+    for bad, needle in (({"type": "Normal", "x": 8.0, "y": 8.0}, "needs sigma"),
+                        ({"type": "Normal", "x": 8.0, "y": 8.0, "sigma": 0.0}, "sigma must be > 0"),
+                        ({"type": "Normal", "x": 8, "y": 8, "sigma": 1, "x_min": 7}, "does not take x_min"),
+                        ({"x_min": 7.5, "x_max": 8.5, "y_min": 7.5}, "needs y_max")):  # fmt: skip
+        raw["gal"]["position"] = bad
+        with pytest.raises(ConfigError, match=r"gal\.position") as err:
+            parse_config(raw)
+        assert needle in str(err.value)

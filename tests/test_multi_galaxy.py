@@ -27,7 +27,7 @@ def level1(edits: dict | None = None) -> dict:
     """configs/level1.yaml shrunk for the default tier: 12x12 stamps, M = 4."""
     raw = yaml.safe_load(LEVEL1.read_text())
     raw["image"].update(size_x=12, size_y=12, n_objects=4)
-    raw["gal"]["position"].update(x_min=5.5, x_max=6.5, y_min=5.5, y_max=6.5)
+    raw["gal"]["position"].update(x=6.0, y=6.0)  # the 12x12 stamp's centre
     for dotted, value in (edits or {}).items():
         node = raw
         *path, last = dotted.split(".")

@@ -549,10 +549,10 @@ class _RunCommand(_Command):
     default="auto",
     metavar="auto|off|N",
     help=_help(
-        "Lanes evaluated together inside the compiled program: auto = 8 on CPU, where a "
-        "narrow vmap keeps a batch's intermediates in cache (bench/bench_chunking.py), the "
-        "whole batch on GPUs; off = the whole batch. Speed only: a lane's result is "
-        "bit-identical to a batch of the chunk's width.",
+        "Lanes evaluated together inside the compiled program: auto = 4 on CPU (narrow "
+        "chunks keep their intermediates in cache and stop their optimiser loops on their "
+        "own: 1.5-3x faster, bench/bench_chunking.py), the whole batch on GPUs; off = the "
+        "whole batch. Speed only: results agree to rounding, with the same step counts.",
         default="auto",
     ),
 )

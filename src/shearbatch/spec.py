@@ -122,8 +122,8 @@ def to_prior(p: Any) -> Prior:
 
 def _fields(cfg: Config) -> GalaxyFields:
     """Per-galaxy fields. ``gal.position`` (pixels from the lower-left corner, fractions
-    of the stamp when < 1) becomes a uniform prior on the offset from the stamp centre;
-    without it the galaxy is centred."""
+    of the stamp when < 1) becomes a uniform or normal prior on the offset from the stamp
+    centre; without it the galaxy is centred."""
     g = cfg.gal
     ell = g.ellipticity
     zero = Prior("fixed", (0.0,))
@@ -135,15 +135,19 @@ def _fields(cfg: Config) -> GalaxyFields:
     else:
         nx, ny = cfg.image.size_x, cfg.image.size_y
 
+        def at(v: float, n: int) -> float:  # offset from the stamp centre, pixels
+            return (v * n if abs(v) < 1 else v) - n / 2
+
         def axis(lo: float, hi: float, n: int) -> Prior:
-            lo, hi = (
-                (lo * n if abs(lo) < 1 else lo) - n / 2,
-                (hi * n if abs(hi) < 1 else hi) - n / 2,
-            )
+            lo, hi = at(lo, n), at(hi, n)
             return Prior("fixed", (lo,)) if lo == hi else Prior("uniform", (lo, hi))
 
-        dx = axis(pos.x_min, pos.x_max, nx)
-        dy = axis(pos.y_min, pos.y_max, ny)
+        if pos.type == "Normal":
+            dx = Prior("normal", (at(pos.x, nx), float(pos.sigma)))
+            dy = Prior("normal", (at(pos.y, ny), float(pos.sigma)))
+        else:
+            dx = axis(pos.x_min, pos.x_max, nx)
+            dy = axis(pos.y_min, pos.y_max, ny)
     return GalaxyFields(to_prior(g.flux), to_prior(g.half_light_radius), e1, e2, dx, dy)
 
 

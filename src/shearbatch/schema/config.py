@@ -243,22 +243,40 @@ class Shear(_Strict):
 
 
 class Position(_Strict):
-    """Uniform prior on the galaxy centre, in pixels from the stamp's lower-left
-    corner (the stamp centre is ``size / 2``); values < 1 are fractions of the stamp."""
+    """Prior on the galaxy centre, in pixels from the stamp's lower-left corner (the
+    stamp centre is ``size / 2``; values < 1 are fractions of the stamp): ``Uniform``
+    in a box, or ``Normal`` around a point (no bound on which a mode can sit)."""
 
-    type: Literal["Uniform"] = "Uniform"
-    """Uniform prior on the centre."""
-    x_min: float
-    """[pixels from the lower-left corner; < 1: fraction of the stamp] Lower x bound."""
-    x_max: float
-    """[pixels from the lower-left corner; < 1: fraction of the stamp] Upper x bound."""
-    y_min: float
-    """[pixels from the lower-left corner; < 1: fraction of the stamp] Lower y bound."""
-    y_max: float
-    """[pixels from the lower-left corner; < 1: fraction of the stamp] Upper y bound."""
+    type: Literal["Uniform", "Normal"] = "Uniform"
+    """Uniform in [x_min, x_max] x [y_min, y_max], or Normal around (x, y) with sigma."""
+    x_min: float | None = None
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Lower x bound (Uniform)."""
+    x_max: float | None = None
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Upper x bound (Uniform)."""
+    y_min: float | None = None
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Lower y bound (Uniform)."""
+    y_max: float | None = None
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Upper y bound (Uniform)."""
+    x: float | None = None
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Mean x (Normal)."""
+    y: float | None = None
+    """[pixels from the lower-left corner; < 1: fraction of the stamp] Mean y (Normal)."""
+    sigma: float | None = None
+    """[pixels] Standard deviation of each coordinate (Normal)."""
 
     @model_validator(mode="after")
     def _order(self) -> Position:
+        box = {"x_min": self.x_min, "x_max": self.x_max, "y_min": self.y_min, "y_max": self.y_max}
+        point = {"x": self.x, "y": self.y, "sigma": self.sigma}
+        need, other = (box, point) if self.type == "Uniform" else (point, box)
+        if missing := [k for k, v in need.items() if v is None]:
+            raise ValueError(f"type {self.type} needs {', '.join(missing)}")
+        if extra := [k for k, v in other.items() if v is not None]:
+            raise ValueError(f"type {self.type} does not take {', '.join(extra)}")
+        if self.type == "Normal":
+            if not self.sigma > 0:
+                raise ValueError(f"sigma must be > 0, got {self.sigma}")
+            return self
         if not self.x_min < self.x_max:
             raise ValueError("x_min must be < x_max")
         if not self.y_min < self.y_max:
