@@ -8,9 +8,11 @@ campaign's inference program (``shearbatch.engine.inference_program``, the same 
 (median, ``block_until_ready``) and compares every output leaf with the unchunked
 program's (XLA vectorises another width differently, so expect the last bit to differ;
 a chunk of width c is bit-identical to an unchunked batch of c lanes: tests/test_batching.py). Prints a table and writes ``results/benchmarks/chunking.json``
-and a PNG; ``shearbatch.core.batching.CPU_CHUNK`` is chosen from these figures::
+and a PNG; each method's ``cpu_chunk`` (``bias-run --lane-chunk auto`` on CPU) is
+chosen from these figures::
 
-    .venv/bin/python bench/bench_chunking.py [--batches 16 64 256] [--chunks 0 4 8 16 32 64]
+    .venv/bin/python bench/bench_chunking.py [--configs configs/level0.yaml:map:16,64]
+        [--chunks 0 4 8 16 32 64] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -69,27 +71,44 @@ def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) 
 
 
 def draw(fig, res: dict[str, Any]) -> None:
-    """ms per realization against the chunk width, one line per (config, batch)."""
-    ax = fig.subplots()
+    """Left: speed-up over one vmap against the chunk width, one line per (config,
+    method, batch); right: MAP ms per realization against the batch size, unchunked vs
+    the best chunk."""
+    ax, bx = fig.subplots(1, 2)
     keys = sorted({(r["config"], r["method"], r["batch_size"]) for r in res["rows"]})
     for cfg, method, batch in keys:
         rows = [r for r in res["rows"] if (r["config"], r["method"], r["batch_size"]) == (cfg, method, batch)]  # fmt: skip
-        ax.plot([r["width"] for r in rows], [r["ms_per_realization"] for r in rows], "o-",
+        rows = sorted(rows, key=lambda r: r["width"])
+        ax.plot([r["width"] for r in rows], [r["speedup"] for r in rows], "o-",
                 label=f"{cfg.split('/')[-1]} {method} B={batch}")  # fmt: skip
+    ax.axhline(1.0, color="0.5", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("lanes per chunk (the rightmost point of a line: no chunking)")
-    ax.set_ylabel("inference ms per realization (median)")
+    ax.set_xlabel("lanes per chunk (the rightmost point of a line: the whole batch)")
+    ax.set_ylabel("speed-up over one vmap of the whole batch")
     ax.set_title("Lane chunking inside the compiled program, CPU")
     ax.legend(fontsize=7)
+    for cfg in sorted({r["config"] for r in res["rows"] if r["method"] == "map"}):
+        rows = [r for r in res["rows"] if r["config"] == cfg and r["method"] == "map"]
+        bs = sorted({r["batch_size"] for r in rows})
+        whole = [min(r["ms_per_realization"] for r in rows if r["batch_size"] == b and r["chunk"] == 0) for b in bs]  # fmt: skip
+        best = [min(r["ms_per_realization"] for r in rows if r["batch_size"] == b) for b in bs]
+        (line,) = bx.plot(bs, whole, "o--", label=f"{cfg.split('/')[-1]} one vmap")
+        bx.plot(bs, best, "o-", color=line.get_color(), label=f"{cfg.split('/')[-1]} best chunk")
+    bx.set_xscale("log", base=2)
+    bx.set_xlabel("batch size (lanes)")
+    bx.set_ylabel("MAP inference ms per realization (median)")
+    bx.set_ylim(bottom=0)
+    bx.legend(fontsize=7)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = h.parser(__doc__, "chunking", repeats=3)
     h.add_x64(ap)
     ap.add_argument("--configs", nargs="+", default=[
-        "configs/level0.yaml:map", "configs/survey_snr30.yaml:map",
-        "configs/survey_snr30.yaml:nuts:16,32"], help="CONFIG:METHOD[:B,B,...] (batches "
-        "other than --batches)")  # fmt: skip
+        "configs/level0.yaml:map:16,64,256", "configs/survey_snr30.yaml:map:64,256",
+        "configs/survey_snr30.yaml:vi:32:1", "configs/survey_snr30.yaml:nuts:8:1"],
+        help="CONFIG:METHOD[:B,B,...[:REPEATS]] (batches and repeats other than --batches "
+        "and --repeats)")  # fmt: skip
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--chunks", type=int, nargs="+", default=[0, 4, 8, 16, 32, 64])
     a = ap.parse_args(argv)
@@ -100,10 +119,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = h.Table([("config", "18s"), ("B", "5d"), ("chunk", "6d"), ("ms/real", "8.2f"),
                      ("speed-up", "9s"), ("first_s", "8.1f"), ("identical", "10s")])  # fmt: skip
     for item in a.configs:
-        cfg, method, *bs = [*item.split(":"), "map"][:2] + item.split(":")[2:]
-        for batch in [int(b) for b in bs[0].split(",")] if bs else a.batches:
+        cfg, method, *rest = [*item.split(":"), "map"][:2] + item.split(":")[2:]
+        batches = [int(b) for b in rest[0].split(",")] if rest and rest[0] else a.batches
+        repeats = int(rest[1]) if len(rest) > 1 else a.repeats
+        for batch in batches:
             chunks = [0] + [c for c in a.chunks if 0 < c < batch]
-            for r in measure(cfg, method, batch, chunks, a.repeats):
+            for r in measure(cfg, method, batch, chunks, repeats):
                 res["rows"].append(r)
                 table.row(cfg.split("/")[-1], batch, r["width"], r["ms_per_realization"],
                           f"{r['speedup']:.2f}x", r["first_call_s"],

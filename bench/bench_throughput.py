@@ -116,7 +116,7 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
     sim = generate(spec, plan)
     keys = realization_keys([r.seed for r in plan], spec.rng_seed)
     cpu_of = {}
-    for name, chunk in (("unchunked", None), ("chunked", lane_chunk_for("auto"))):
+    for name, chunk in (("unchunked", None), ("chunked", lane_chunk_for("auto", spec))):
         method, program = inference_program(spec, chunk=chunk)
         _, _, draws = h.time_calls(program, (keys, sim.images), 0)  # compile (persistent cache)
         cpu = []

@@ -25,12 +25,15 @@ def test_chunk_width_divides_the_lanes_or_is_none(lanes, chunk, width):
     assert chunk_width(lanes, chunk) == width
 
 
-def test_default_chunk_per_backend():
-    assert default_chunk("cpu") >= 2
-    assert default_chunk("gpu") is None and default_chunk("tpu") is None
-    assert lane_chunk_for("auto") == default_chunk()
-    assert lane_chunk_for("off") is None and lane_chunk_for(None) is None
-    assert lane_chunk_for("4") == 4 and lane_chunk_for(0) is None
+def test_default_chunk_per_backend_and_method():
+    assert default_chunk(4, "cpu") == 4 and default_chunk(None, "cpu") is None
+    assert default_chunk(4, "gpu") is None and default_chunk(4, "tpu") is None
+    spec = run_spec(load_config("configs/level0.yaml"))  # MAP: chunks of 4 on CPU
+    assert lane_chunk_for("auto", spec) == default_chunk(4)
+    vi = spec._replace(method="vi")  # VI's fixed-length scan is faster unchunked
+    assert lane_chunk_for("auto", vi) is None
+    assert lane_chunk_for("off", spec) is None and lane_chunk_for(None, spec) is None
+    assert lane_chunk_for("8", vi) == 8 and lane_chunk_for(0, spec) is None
 
 
 def _newton_sqrt(a):

@@ -549,10 +549,11 @@ class _RunCommand(_Command):
     default="auto",
     metavar="auto|off|N",
     help=_help(
-        "Lanes evaluated together inside the compiled program: auto = 4 on CPU (narrow "
-        "chunks keep their intermediates in cache and stop their optimiser loops on their "
-        "own: 1.5-3x faster, bench/bench_chunking.py), the whole batch on GPUs; off = the "
-        "whole batch. Speed only: results agree to rounding, with the same step counts.",
+        "Lanes evaluated together inside the compiled program: auto = the method's measured "
+        "CPU chunk (MAP 4: narrow chunks keep their intermediates in cache and stop their "
+        "optimiser loops on their own, 1.5-3x faster; VI the whole batch; "
+        "bench/bench_chunking.py), the whole batch on GPUs; off = the whole batch. Speed "
+        "only: results agree to rounding, with the same step counts.",
         default="auto",
     ),
 )
@@ -718,7 +719,7 @@ def _compile_first(job: dict[str, Any], cache: str) -> None:
         padded = pad_to(job["todo"][:lanes], lanes)
         sim = generate(spec, padded)
         keys = realization_keys([r.seed for r in padded], spec.rng_seed)
-        _, program = inference_program(spec, chunk=lane_chunk_for(job["lane_chunk"]))
+        _, program = inference_program(spec, chunk=lane_chunk_for(job["lane_chunk"], spec))
         jax.block_until_ready(sim.images)
         program.lower(keys, sim.images).compile()
         marker.touch()

@@ -73,11 +73,12 @@ def inference_program(
     return method, batched(lambda key, obs: method.fit(key, obs, post), mesh, chunk)
 
 
-def lane_chunk_for(lane_chunk: int | str | None) -> int | None:
-    """The chunk width asked for: ``"auto"`` -> :func:`default_chunk` of the backend;
-    None, 0 or ``"off"`` -> None (the whole batch in one ``vmap``); a number -> itself."""
+def lane_chunk_for(lane_chunk: int | str | None, spec: RunSpec) -> int | None:
+    """The chunk width asked for: ``"auto"`` -> :func:`default_chunk` of the backend for
+    ``spec``'s method (its ``cpu_chunk``); None, 0 or ``"off"`` -> None (the whole batch
+    in one ``vmap``); a number -> itself."""
     if lane_chunk == "auto":
-        return default_chunk()
+        return default_chunk(get_method(spec.method, spec.inference).cpu_chunk)
     if lane_chunk in (None, "off"):
         return None
     return int(lane_chunk) or None
@@ -156,7 +157,7 @@ def run_campaign(
         logger.info("lanes split over %d devices: %s", mesh.devices.size,
                     ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
     batches = make_batches(todo, batch_size)
-    chunk = lane_chunk_for(lane_chunk)
+    chunk = lane_chunk_for(lane_chunk, spec)
     per_device = batch_size // (1 if mesh is None else mesh.devices.size)
     if (width := chunk_width(per_device, chunk)) is not None:
         logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",

@@ -23,7 +23,9 @@ chunk's while-loops also stop when that chunk is done rather than the whole batc
 Lanes are independent, so every lane's result is the same as without chunks up to
 the last bits of rounding (XLA vectorises another width differently; optimiser step
 counts and flags are equal: tests/test_batching.py). :func:`default_chunk` picks it per
-backend from ``bench/bench_chunking.py``'s measurements.
+backend and method (each method's ``cpu_chunk``, from ``bench/bench_chunking.py``'s
+measurements: chunks help the optimisers' per-lane while loops, not a fixed-length
+scan over many cheap steps such as VI's).
 """
 
 from __future__ import annotations
@@ -48,14 +50,12 @@ __all__ = [
 #: the mesh axis of the realization (lane) dimension
 LANES = "lanes"
 
-#: lanes per chunk on CPU (bench/bench_chunking.py); accelerators take the whole batch
-CPU_CHUNK = 4
 
-
-def default_chunk(platform: str | None = None) -> int | None:
-    """The lane chunk for ``platform`` (default: JAX's default backend): ``CPU_CHUNK``
-    on CPU, None (the whole batch in one ``vmap``) on GPUs and TPUs."""
-    return CPU_CHUNK if (platform or jax.default_backend()) == "cpu" else None
+def default_chunk(cpu_chunk: int | None, platform: str | None = None) -> int | None:
+    """The lane chunk on ``platform`` (default: JAX's default backend) of a method whose
+    measured CPU chunk is ``cpu_chunk``: that on CPU, None (the whole batch in one
+    ``vmap``) on GPUs and TPUs."""
+    return cpu_chunk if (platform or jax.default_backend()) == "cpu" else None
 
 
 def chunk_width(lanes: int, chunk: int | None) -> int | None:

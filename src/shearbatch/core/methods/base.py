@@ -68,3 +68,6 @@ class Method(NamedTuple):
     #: the per-realization point estimate the method stands for: "mode" (a joint mode,
     #: e.g. MAP: bias-stats then uses g_mode and notes its noise bias) or "mean"
     estimate: str = "mean"
+    #: lanes per chunk inside the compiled program on CPU (``bias-run --lane-chunk
+    #: auto``), measured by bench/bench_chunking.py; None: the whole batch in one vmap
+    cpu_chunk: int | None = None
