@@ -60,7 +60,7 @@ def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) 
         worst = max(float(np.nanmax(np.abs(a.astype(float) - b.astype(float)), initial=0.0))
                     for a, b in zip(leaves, ref, strict=True))  # fmt: skip
         med = h.median(times)
-        rows.append({"config": cfg, "method": method, "batch_size": batch, "chunk": chunk,
+        rows.append({"config": h.rel(h.ROOT / cfg), "method": method, "batch_size": batch, "chunk": chunk,
                      "width": chunk_width(batch, chunk or None) or batch,
                      "first_call_s": first, "median_s": med, "ms_per_realization": 1e3 * med / batch,
                      "bit_identical": same, "max_abs_diff": worst})  # fmt: skip
@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     h.configure(a.x64)
     res: dict[str, Any] = {**h.provenance("float64" if a.x64 else "float32"),
                            "settings": h.settings(a), "rows": []}  # fmt: skip
+    res["settings"]["configs"] = [":".join([h.rel(h.ROOT / c.split(":")[0]), *c.split(":")[1:]])
+                                  for c in a.configs]  # fmt: skip
     h.banner(res)
     table = h.Table([("config", "18s"), ("B", "5d"), ("chunk", "6d"), ("ms/real", "8.2f"),
                      ("speed-up", "9s"), ("first_s", "8.1f"), ("identical", "10s")])  # fmt: skip

@@ -144,4 +144,5 @@ def test_chunking(tmp_path):
                     "--repeats", "1")  # fmt: skip
     assert [(r["batch_size"], r["width"]) for r in rec["rows"]] == [(4, 4), (4, 2)]
     assert all(r["ms_per_realization"] > 0 for r in rec["rows"])
-    assert rec["rows"][0]["bit_identical"] and rec["rows"][1]["max_abs_diff"] < 1e-10
+    # rounding only: the largest leaf (the potential) is ~1e3-1e4
+    assert rec["rows"][0]["bit_identical"] and rec["rows"][1]["max_abs_diff"] < 1e-8

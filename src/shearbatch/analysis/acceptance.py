@@ -112,7 +112,7 @@ def prior_report(use: Any) -> dict[str, Any]:
 #: noise bias (of order (S/N)^-2; measured per method in the README "Noise bias")
 NOISE_BIAS_SNR = 50.0
 #: measured (README, "Noise bias and planning"; results/validation/noise_bias*/)
-MARGINAL_BIAS_NOTE = "NUTS m1 = -0.14 +- 0.04, VI m1 = -0.19 +- 0.02"
+MARGINAL_BIAS_NOTE = "NUTS m1 = -0.126 +- 0.021, VI m1 = -0.163 +- 0.005 (also -0.162 at S/N 100)"
 
 
 def noise_bias_note(use: Any) -> dict[str, Any] | None:
