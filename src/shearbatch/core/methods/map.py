@@ -122,7 +122,7 @@ def _newton(x0, fun, *, num_steps: int, tol: float, hess_fn=None) -> tuple[OptRe
         x, f, _, i, _, _ = c
         g, h = grad_fn(x), hess_fn(x)
         p, dec = _newton_step_dir(g, h)
-        p = p * jnp.minimum(1.0, MAX_STEP / jnp.maximum(jnp.max(jnp.abs(p)), 1e-300))
+        p = p * jnp.minimum(1.0, MAX_STEP / jnp.max(jnp.abs(p)))  # p = 0: MAX_STEP / 0 = inf -> 1
         small = 0.5 * dec <= tol
         slope = jnp.dot(g, p)
 
