@@ -131,6 +131,22 @@ def validate(level: str, a: argparse.Namespace) -> dict:
     log = out / "log.txt"
     cfg = ROOT / "configs" / f"{level}.yaml"
     (out / "config_as_run.yaml").write_text(cfg.read_text())  # the config may change later
+    sets = [f"image.noise.snr={a.snr}"] if a.snr is not None else []
+    sets += a.set or []
+    if sets:  # the level with some keys changed (e.g. the noise level): run the copy written here
+        raw = yaml.safe_load(cfg.read_text())
+        for item in sets:
+            key, _, value = item.partition("=")
+            *parents, leaf = key.split(".")
+            node = raw
+            for k in parents:
+                node = node[k]
+            if leaf not in node:
+                raise SystemExit(f"--set {item}: {key} is not in configs/{level}.yaml")
+            node[leaf] = yaml.safe_load(value)
+        cfg = out / "config_as_run.yaml"
+        cfg.write_text(f"# written by bench/validate_levels.py: configs/{level}.yaml with "
+                       + ", ".join(sets) + "\n" + yaml.safe_dump(raw, sort_keys=False))  # fmt: skip
     extra = ["--n-realizations", str(a.seeds)] if a.seeds else []
     extra += ["--batch-size", str(a.batch_size)] if a.batch_size else []
     extra += ["--method", a.method] if a.method else []
@@ -141,7 +157,8 @@ def validate(level: str, a: argparse.Namespace) -> dict:
                            capture_output=True, text=True).stdout.strip()  # fmt: skip
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     ring = pipeline(cfg, work / "ring", out, LEVEL_KEY[level], extra, a.nice, log)
-    doc = {"level": level, "config": _rel(cfg), "method_override": a.method, "ring": summary(ring["results"]),
+    doc = {"level": level, "config": _rel(cfg), "method_override": a.method,
+           "overrides": sets, "ring": summary(ring["results"]),
            "wall_s": {"ring": ring["wall_s"]}, "commands": list(ring["commands"]),
            "snr_per_galaxy": snr_percentiles(work / "ring")}  # fmt: skip
     point = ring["results"]["point_estimate"]
@@ -151,7 +168,7 @@ def validate(level: str, a: argparse.Namespace) -> dict:
         doc["unpaired_same_images"]["ratio_to_ring"] = (
             doc["unpaired_same_images"]["sigma_m_unpaired_same_n"] / m_err
         )
-    raw = yaml.safe_load(cfg.read_text())
+    raw = yaml.safe_load(cfg.read_text())  # the config as run (with --snr / --set)
     n_seeds = a.seeds or raw["campaign"]["n_realizations"]
     if a.unpaired_check:  # independent seeds at +g and at -g, as many images as the ring
         n_img = n_seeds * 2 * raw["campaign"].get("rotations", 1)
@@ -200,6 +217,11 @@ def validate(level: str, a: argparse.Namespace) -> dict:
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     doc["cpu_s_children"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
     doc["git"] = git + ("+modified" if dirty else "")
+    prev = out / "validation.json"
+    if a.resume and prev.exists():  # a resumed run's walls time only what was left to do
+        old = json.loads(prev.read_text())
+        keep = {k: old.get(k) for k in ("wall_s", "git", "machine", "cpu_s_children")}
+        doc["earlier_runs"] = [*old.pop("earlier_runs", []), keep]
     (out / "validation.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     (out / "commands.txt").write_text("\n".join(doc["commands"]) + "\n")
     r = doc["ring"]
@@ -217,6 +239,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--method", default=None, help="override inference.method (recorded)")
     ap.add_argument("--unpaired-check", action="store_true", help="also run the unpaired campaign")
+    ap.add_argument(
+        "--snr",
+        type=float,
+        default=None,
+        help="override image.noise.snr (e.g. to show how a bias scales with S/N)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. image.n_objects=1 (repeatable)",
+    )
     ap.add_argument("--sbc", type=int, default=0, help="SBC realizations (0: none)")
     ap.add_argument("--nice", type=int, default=5, help="niceness of the campaigns")
     ap.add_argument("--resume", action="store_true", help="keep complete realizations")
