@@ -113,6 +113,11 @@ def prior_report(use: Any) -> dict[str, Any]:
 NOISE_BIAS_SNR = 50.0
 #: measured (README, "Noise bias and planning"; results/validation/noise_bias*/)
 MARGINAL_BIAS_NOTE = "NUTS m1 = -0.126 +- 0.021, VI m1 = -0.163 +- 0.005 (also -0.162 at S/N 100)"
+#: measured (README, "Levels 1 and 2"; results/validation/level2*/): the joint mode of many
+#: small galaxies sharing one shear is biased far beyond the single-galaxy (S/N)^-2 order
+MANY_GALAXY_MAP_NOTE = ("configs/level2.yaml (32 galaxies of hlr 0.3\" per image, Moffat PSF "
+                        "FWHM 0.9\"): m1 = -0.024 +- 0.004 at median S/N 38, +0.000 +- 0.001 "
+                        "with 10x less noise")  # fmt: skip
 
 
 def noise_bias_note(use: Any) -> dict[str, Any] | None:
@@ -138,7 +143,8 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
                        f"{med**-2:.1g} at the median S/N {med:.3g}; measured for one "
                        "exponential galaxy with free flux, size and shape: m1 = -0.015 +- "
                        "0.005 at S/N 15, consistent with 0 at S/N 30 and 100 (README, "
-                       "'Noise bias and planning')"}  # fmt: skip
+                       "'Noise bias and planning'); it can be far larger for many galaxies "
+                       f"per realization: {MANY_GALAXY_MAP_NOTE} (README, 'Levels 1 and 2')"}  # fmt: skip
 
 
 def design_report(use: Any) -> dict[str, Any]:
