@@ -113,7 +113,7 @@ def figure(res: dict, path) -> None:
     for a in ax:
         a.legend(fontsize=7)
         a.grid(alpha=0.3, which="both")
-    fig.suptitle("shearbatch scaling (shared loaded 2-core CPU: see load in scaling.json)",
+    fig.suptitle("shearbatch scaling (one call per point; machine and load average in scaling.json)",
                  fontsize=9)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)
