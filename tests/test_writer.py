@@ -73,8 +73,20 @@ def test_netcdf4_file_reads_back_exactly_like_the_xarray_written_one(tmp_path, d
     rec = record(dtype=dtype)
     write_realization(tmp_path / "new", **rec)
     xarray_oracle(rec).to_netcdf(tmp_path / "old.nc", engine="netcdf4")
+    # closed at the end: a file handle left to the garbage collector may be finalised on
+    # a writer thread of a later test, concurrently with its netCDF write
     new = xr.open_datatree(tmp_path / "new" / POSTERIOR)
     old = xr.open_datatree(tmp_path / "old.nc")
+    try:
+        _same_files(new, old)
+    finally:
+        new.close()
+        old.close()
+    idata = az.from_netcdf(tmp_path / "new" / POSTERIOR)
+    assert idata.posterior["flux"].dims == ("chain", "draw", "galaxy")
+
+
+def _same_files(new, old) -> None:
     assert new.attrs == old.attrs
     for group in ("posterior", "sample_stats", "observed_data"):
         a, b = new[group].to_dataset(), old[group].to_dataset()
@@ -86,8 +98,6 @@ def test_netcdf4_file_reads_back_exactly_like_the_xarray_written_one(tmp_path, d
             fa, fb = a[k].encoding.get("_FillValue"), b[k].encoding.get("_FillValue")
             assert (fa is None and fb is None) or (np.isnan(fa) and np.isnan(fb))
     assert new["sample_stats"]["diverging"].dtype == bool
-    idata = az.from_netcdf(tmp_path / "new" / POSTERIOR)
-    assert idata.posterior["flux"].dims == ("chain", "draw", "galaxy")
 
 
 def test_files_honour_the_umask(tmp_path):

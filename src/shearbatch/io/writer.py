@@ -33,6 +33,7 @@ bounded queue, so the engine computes the next batch while this one is written.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import gc
 import json
 import logging
 import math
@@ -348,6 +349,12 @@ class WriterPool:
         self._abandon = threading.Event()
         self._slots = threading.BoundedSemaphore(max(1, max_pending))
         if kind == "thread":
+            # netCDF4 releases the GIL inside the HDF5 library, which is not thread-safe:
+            # _NC_LOCK serialises our writes, but a netCDF file object someone left to the
+            # garbage collector would be closed on whichever thread the collector runs,
+            # possibly during a write (seen: a segfault in a test process). Finalise such
+            # objects here, on the caller's thread, before any writer thread exists.
+            gc.collect()
             self._q: queue.Queue = queue.Queue()
             self._threads = [
                 threading.Thread(target=self._work, name=f"shearbatch-writer-{i}", daemon=True)
