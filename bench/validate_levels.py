@@ -130,23 +130,24 @@ def validate(level: str, a: argparse.Namespace) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
     cfg = ROOT / "configs" / f"{level}.yaml"
-    (out / "config_as_run.yaml").write_text(cfg.read_text())  # the config may change later
+    raw = yaml.safe_load(cfg.read_text())
     sets = [f"image.noise.snr={a.snr}"] if a.snr is not None else []
     sets += a.set or []
-    if sets:  # the level with some keys changed (e.g. the noise level): run the copy written here
-        raw = yaml.safe_load(cfg.read_text())
-        for item in sets:
-            key, _, value = item.partition("=")
-            *parents, leaf = key.split(".")
-            node = raw
-            for k in parents:
-                node = node[k]
-            if leaf not in node:
-                raise SystemExit(f"--set {item}: {key} is not in configs/{level}.yaml")
-            node[leaf] = yaml.safe_load(value)
-        cfg = out / "config_as_run.yaml"
-        cfg.write_text(f"# written by bench/validate_levels.py: configs/{level}.yaml with "
-                       + ", ".join(sets) + "\n" + yaml.safe_dump(raw, sort_keys=False))  # fmt: skip
+    for item in sets:  # the level with some keys changed (e.g. the noise level)
+        key, _, value = item.partition("=")
+        *parents, leaf = key.split(".")
+        node = raw
+        for k in parents:
+            node = node[k]
+        if leaf not in node:
+            raise SystemExit(f"--set {item}: {key} is not in configs/{level}.yaml")
+        node[leaf] = yaml.safe_load(value)
+    as_run = out / "config_as_run.yaml"  # the config may change later: keep what ran
+    as_run.write_text(cfg.read_text() if not sets else
+                      f"# written by bench/validate_levels.py: configs/{level}.yaml with "
+                      + ", ".join(sets) + "\n" + yaml.safe_dump(raw, sort_keys=False))  # fmt: skip
+    if sets:  # run the copy written here
+        cfg = as_run
     extra = ["--n-realizations", str(a.seeds)] if a.seeds else []
     extra += ["--batch-size", str(a.batch_size)] if a.batch_size else []
     extra += ["--method", a.method] if a.method else []
@@ -168,7 +169,6 @@ def validate(level: str, a: argparse.Namespace) -> dict:
         doc["unpaired_same_images"]["ratio_to_ring"] = (
             doc["unpaired_same_images"]["sigma_m_unpaired_same_n"] / m_err
         )
-    raw = yaml.safe_load(cfg.read_text())  # the config as run (with --snr / --set)
     n_seeds = a.seeds or raw["campaign"]["n_realizations"]
     if a.unpaired_check:  # independent seeds at +g and at -g, as many images as the ring
         n_img = n_seeds * 2 * raw["campaign"].get("rotations", 1)
