@@ -144,5 +144,16 @@ def test_chunking(tmp_path):
                     "--repeats", "1")  # fmt: skip
     assert [(r["batch_size"], r["width"]) for r in rec["rows"]] == [(4, 4), (4, 2)]
     assert all(r["ms_per_realization"] > 0 for r in rec["rows"])
-    # rounding only: the largest leaf (the potential) is ~1e3-1e4
-    assert rec["rows"][0]["bit_identical"] and rec["rows"][1]["max_abs_diff"] < 1e-8
+    ref, other = rec["rows"]
+    assert ref["bit_identical"]  # the same program: bit-identical, whatever the CPU
+    # Another chunk width vectorises differently, so the last bits may differ (by CPU). At
+    # this stamp's S/N (~1e5) g's posterior sd is ~2e-5, so a 3e-16 rounding shift of the
+    # mode is ~1e-11 sd; the potential (~3e3) and log q agree to ~1e-15 relative; the
+    # whitened gradient is in sd units (the raw one, ~1e-6 here from rounding amplified by
+    # the ~3e9 curvature, has no stable value). Bounds sit 5 decades above rounding and
+    # far below any real defect: lanes mixed up move modes by >1e3 sd (asserted below).
+    assert other["max_diff_sd"] < 1e-6 and other["max_rel_diff"] < 1e-9
+    assert other["max_abs_info_diff"] < 1e-6 and other["flags_equal"]
+    assert other["max_steps_diff"] <= 1  # a stopping threshold met one step apart
+    mixed = other["lanes_mixed"]  # the check has teeth: lanes rolled by one
+    assert mixed["max_diff_sd"] > 1e3 and mixed["max_rel_diff"] > 1e-6
