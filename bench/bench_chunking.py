@@ -6,7 +6,8 @@ campaign's inference program (``shearbatch.engine.inference_program``, the same 
 ``bias-run`` runs) once per chunk width in ``--chunks`` (0 = the whole batch in one
 ``vmap``, the path before chunking), times ``--repeats`` calls after compilation
 (median, ``block_until_ready``) and compares every output leaf with the unchunked
-program's (XLA vectorises another width differently, so expect the last bit to differ;
+program's, in each quantity's units (:mod:`shearbatch.core.compare`; XLA vectorises
+another width differently, so expect the last bit to differ;
 a chunk of width c is bit-identical to an unchunked batch of c lanes: tests/test_batching.py). Prints a table and writes ``results/benchmarks/chunking.json``
 and a PNG; each method's ``cpu_chunk`` (``bias-run --lane-chunk auto`` on CPU) is
 chosen from these figures::
@@ -27,56 +28,12 @@ import _harness as h
 GRID = (-0.05, -0.02, 0.02, 0.05)
 
 
-#: info leaves already in units where they mean something: the whitened gradient (posterior
-#: sd) and the Newton decrement (log density). Every other float leaf is compared relative
-#: to its size (potentials ~1e3-1e4, Laplace log q, widths), integers and flags exactly.
-ABSOLUTE_INFO = ("grad_norm_whitened", "decrement")
-
-
-def differences(out, ref) -> dict[str, Any]:
-    """How far two programs' :class:`Draws` of the same lanes are apart, in the units of
-    each quantity: draws and modes in posterior standard deviations (each lane's own
-    draw std of the site; sites with zero spread compared absolutely), ``info`` as
-    ``ABSOLUTE_INFO`` says, per-draw stats and other info relative to max(1, |ref|).
-
-    Returns ``max_diff_sd`` (draws and modes), ``max_rel_diff``, ``max_abs_info_diff``,
-    ``flags_equal`` (boolean leaves identical) and ``max_steps_diff`` (integer leaves:
-    step counts, which a rounding-level difference may move by one at a stopping
-    threshold)."""
-    import jax
-
-    sd_diff, rel_diff, abs_diff, flags, steps = 0.0, 0.0, 0.0, True, 0
-    for site, a in out.samples.items():
-        b, r = np.asarray(ref.samples[site], float), np.asarray(a, float)
-        sd = np.std(b, axis=(1, 2), keepdims=True)  # per lane: (B, 1, 1, ...)
-        scale = np.where(sd > 0, sd, 1.0)
-        sd_diff = max(sd_diff, float(np.nanmax(np.abs(r - b) / scale, initial=0.0)))
-        m_a, m_b = np.asarray(out.mode[site], float), np.asarray(ref.mode[site], float)
-        sd_diff = max(sd_diff, float(np.nanmax(np.abs(m_a - m_b) / scale[:, 0, 0], initial=0.0)))
-    rest = {"stats": (out.stats, ref.stats), "info": (out.info, ref.info)}
-    for group, (xa, xb) in rest.items():
-        for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(xa)[0],
-                                jax.tree.leaves(xb), strict=True):  # fmt: skip
-            a, b = np.asarray(a), np.asarray(b)
-            name = getattr(path[0], "key", "")
-            if a.dtype == bool:
-                flags &= bool(np.array_equal(a, b))
-            elif not np.issubdtype(a.dtype, np.floating):
-                steps = max(steps, int(np.max(np.abs(a.astype(int) - b.astype(int)), initial=0)))
-            elif group == "info" and name in ABSOLUTE_INFO:
-                abs_diff = max(abs_diff, float(np.nanmax(np.abs(a - b), initial=0.0)))
-            else:
-                d = np.abs(a - b) / np.maximum(1.0, np.abs(b))
-                rel_diff = max(rel_diff, float(np.nanmax(d, initial=0.0)))
-    return {"max_diff_sd": sd_diff, "max_rel_diff": rel_diff, "max_abs_info_diff": abs_diff,
-            "flags_equal": flags, "max_steps_diff": steps}  # fmt: skip
-
-
 def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) -> list[dict]:
     import jax
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.batching import chunk_width, realization_keys
+    from shearbatch.core.compare import agreement
     from shearbatch.engine import generate, inference_program
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
@@ -109,10 +66,10 @@ def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) 
                      "width": chunk_width(batch, chunk or None) or batch,
                      "first_call_s": first, "median_s": med, "ms_per_realization": 1e3 * med / batch,
                      "bit_identical": same, "max_abs_diff": worst,
-                     **differences(out, ref_out),
+                     **agreement(out, ref_out)._asdict(),
                      # the same check against lanes rolled by one: what a batching defect
                      # that mixed lanes up would show (the check's sensitivity)
-                     "lanes_mixed": differences(jax.tree.map(lambda a: np.roll(a, 1, 0), out), ref_out)})  # fmt: skip
+                     "lanes_mixed": agreement(jax.tree.map(lambda a: np.roll(a, 1, 0), out), ref_out)._asdict()})  # fmt: skip
     base = rows[0]["median_s"]
     for r in rows:
         r["speedup"] = base / r["median_s"]

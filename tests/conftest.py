@@ -69,3 +69,24 @@ def count_calls(monkeypatch, module, name: str) -> list:
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory, request):
     return tmp_path_factory.mktemp(request.module.__name__.split(".")[-1])
+
+
+#: Two answers of the same realization from differently shaped programs (another batch
+#: size or device) each stop within the Newton tolerance of the mode: half-decrement
+#: <= 1e-10 in float64, i.e. within sqrt(2e-10) = 1.4e-5 posterior sd; they may take
+#: different step counts when rounding moves a stopping test, so they agree to
+#: 2 x 1.4e-5 sd, not to rounding.
+OPTIMIZER_SD_TOL = 1e-4
+
+
+def max_diff_sd(a: dict, b: dict) -> float:
+    """Largest difference between two posteriors' draws ``{site: (chain, draw, ...)}``
+    (as ``read_posterior`` returns them), in units of ``b``'s posterior sd per element."""
+    import numpy as np
+
+    worst = 0.0
+    for k, vb in b.items():
+        vb, va = np.asarray(vb, float), np.asarray(a[k], float)
+        sd = vb.std(axis=(0, 1))
+        worst = max(worst, float(np.max(np.abs(va - vb) / np.where(sd > 0, sd, 1.0))))
+    return worst

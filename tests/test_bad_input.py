@@ -10,6 +10,11 @@ naming a key or flag, never a traceback.
 import copy
 import math
 import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -166,16 +171,42 @@ def test_bias_run_refuses_bad_output_dirs(ws):
     _run_refused(ws, [*good, "--output-dir", str(broken)], "campaign.json: not valid JSON")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
+def _as_unprivileged(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    """``bias-run ARGS`` in a subprocess as the unprivileged user ``nobody`` (root writes
+    through directory permissions, so a suite run as root, as CI is, drops privileges
+    for this one command with util-linux's ``setpriv``)."""
+    cmd = [sys.executable, "-c", "from shearbatch.cli import bias_run; bias_run()", *args]
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        cmd = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}",
+               "--clear-groups", *cmd]  # fmt: skip
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
 def test_bias_run_refuses_an_unwritable_output_dir(ws):
-    ro = ws / "ro"
-    ro.mkdir(exist_ok=True)
-    ro.chmod(0o555)
+    """A directory the user may not write (0555): exit 2 naming --output-dir, nothing
+    written. Run as an unprivileged user, in a world-readable workspace (pytest's own
+    temporary directories are private to the user running the suite)."""
+    base = Path(tempfile.mkdtemp(prefix="shearbatch-ro-"))
     try:
-        _run_refused(ws, ["--config", str(ws / "good.yaml"), "--shear-grid", "0.01",
-                          "--output-dir", str(ro / "camp")], "--output-dir")  # fmt: skip
+        base.chmod(0o755)
+        cfg = shutil.copy(ws / "good.yaml", base / "good.yaml")
+        Path(cfg).chmod(0o644)
+        ro = base / "ro"
+        ro.mkdir(mode=0o555)
+        ro.chmod(0o555)  # (mkdir's mode is masked by the umask)
+        res = _as_unprivileged(["--config", str(cfg), "--shear-grid", "0.01", "--no-progress",
+                                "--output-dir", str(ro / "camp")], home=base)  # fmt: skip
+        assert res.returncode == 2, (res.stdout, res.stderr)
+        # one error line (the plan's INFO log lines come before it on stderr)
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("Error: ")]
+        assert len(errors) == 1 and "--output-dir" in errors[0], res.stderr
+        assert "Permission denied" in errors[0]
+        assert "Traceback" not in res.stderr
+        assert list(ro.iterdir()) == []  # nothing written
     finally:
-        ro.chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- bias-extract

@@ -15,7 +15,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 import shearbatch.engine as engine
-from conftest import count_calls, write_config
+from conftest import OPTIMIZER_SD_TOL, count_calls, write_config
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
@@ -40,6 +40,14 @@ def posterior_means(out: Path) -> dict[str, tuple[float, float]]:
         post = read_posterior(d / "posterior.nc")
         means[d.name] = (float(post["g1"].mean()), float(post["g2"].mean()))
     return means
+
+
+def posterior_sds(out: Path) -> dict[str, tuple[float, float]]:
+    sds = {}
+    for d in find_realization_dirs(out):
+        post = read_posterior(d / "posterior.nc")
+        sds[d.name] = (float(post["g1"].std()), float(post["g2"].std()))
+    return sds
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +79,9 @@ def test_level0_map_recovers_the_grid(campaign_a):
         conv = read_json(d / "convergence.json")
         post = read_posterior(d / "posterior.nc")
         assert conv["status"] == "ok" and conv["optimizer"]["converged"]
-        assert abs(post["g1"].mean() - truth["g1"]) <= 1e-5
-        assert abs(post["g2"].mean() - truth["g2"]) <= 1e-5
+        # the pixel noise moves the mode by ~1 posterior sd (~2e-7 here): 5 sd
+        for c in ("g1", "g2"):
+            assert abs(post[c].mean() - truth[c]) <= 5 * post[c].std(), (c, post[c].std())
         assert truth["g2"] == -0.01
 
 
@@ -174,11 +183,13 @@ def test_batch_of_one_agrees_with_batch_of_eight(module_tmp, quiet_cfg, campaign
             str(out),
         ]
     )
-    one, eight = posterior_means(out), posterior_means(campaign_a)
+    one, eight, sd = posterior_means(out), posterior_means(campaign_a), posterior_sds(out)
     assert len(one) == 2
     for rid, (g1, g2) in one.items():
         assert read_json(out / rid / "convergence.json")["batch"]["size"] == 1
-        assert abs(g1 - eight[rid][0]) <= 1e-6 and abs(g2 - eight[rid][1]) <= 1e-6
+        # another lane count: the same mode to the optimizer's tolerance, in posterior sd
+        assert abs(g1 - eight[rid][0]) <= OPTIMIZER_SD_TOL * sd[rid][0]
+        assert abs(g2 - eight[rid][1]) <= OPTIMIZER_SD_TOL * sd[rid][1]
 
 
 def test_posterior_nc_opens_with_arviz_and_datatree(campaign_a):

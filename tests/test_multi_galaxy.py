@@ -11,9 +11,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from conftest import OPTIMIZER_SD_TOL
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core.batching import realization_keys
+from shearbatch.core.compare import agreement
 from shearbatch.core.posterior import build_posterior
 from shearbatch.engine import generate, inference_program
 from shearbatch.io import find_realization_dirs, read_posterior
@@ -65,8 +67,9 @@ def test_map_with_m_galaxies_batched_equals_alone(spec):
     assert batch.samples["e1"].shape[0] == 4 and batch.samples["e1"].shape[-1] == 4
     for b in (0, 3):
         alone = program(keys[b : b + 1], sim.images[b : b + 1])
-        for site in ("g1", "g2", "e1", "hlr"):
-            np.testing.assert_allclose(alone.mode[site][0], batch.mode[site][b], rtol=0, atol=1e-6)
+        # another lane count: the same answer to the optimizer's tolerance (posterior sd)
+        got = agreement(alone, jax.tree.map(lambda x, b=b: x[b : b + 1], batch))
+        assert got.max_diff_sd <= OPTIMIZER_SD_TOL and got.flags_equal, got
     # every lane converged; the shear's width is the shape noise of 4 galaxies,
     # sigma_e / sqrt(M) = 0.1 (pixel noise at S/N 400 adds little)
     assert np.all(np.asarray(batch.info["decrement"]) < 1e-4)

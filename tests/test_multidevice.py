@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import write_config
+from conftest import OPTIMIZER_SD_TOL, max_diff_sd, write_config
 from shearbatch.io import read_json, read_posterior
 
 BIAS_RUN = [sys.executable, "-c", "from shearbatch.cli import bias_run; bias_run()"]
@@ -44,9 +44,9 @@ def test_two_devices_each_run_half_the_lanes_and_the_log_names_them(runs):
 
 def test_two_devices_equal_the_single_device_run(runs):
     """Equal to one device at the per-device lane count (batch 2) to rounding (the
-    sharded program is compiled on its own, so the last bit may differ: 1e-12 in g is
-    1e-7 of sigma(g) ~ 1.7e-5), and within the documented cross-batch-size agreement
-    (1e-6) of one device at batch 4; an odd batch (3 -> 4 lanes) equals the even one."""
+    sharded program is compiled on its own, so the last bits may differ: within 1e-6
+    posterior sd), and within the optimizer's tolerance (OPTIMIZER_SD_TOL posterior sd)
+    of one device at batch 4; an odd batch (3 -> 4 lanes) equals the even one."""
     root, _ = runs
     names = sorted(p.name for p in (root / "one_b2").iterdir() if p.is_dir())
     assert len(names) == 8 and names == sorted(
@@ -54,10 +54,11 @@ def test_two_devices_equal_the_single_device_run(runs):
     )
     for name in names:
         two = read_posterior(root / "two" / name / "posterior.nc")
-        for k, v in read_posterior(root / "one_b2" / name / "posterior.nc").items():
-            np.testing.assert_allclose(two[k], v, rtol=0, atol=1e-12)
+        one = read_posterior(root / "one_b2" / name / "posterior.nc")
+        assert max_diff_sd(two, one) < 1e-6
         odd = read_posterior(root / "odd" / name / "posterior.nc")
         np.testing.assert_array_equal(odd["g1"], two["g1"])
         a = read_json(root / "two" / name / "convergence.json")["map_estimate"]
         b = read_json(root / "one_b4" / name / "convergence.json")["map_estimate"]
-        assert all(abs(a[k] - b[k]) <= 1e-6 for k in a)
+        sd = {k: float(np.std(v)) for k, v in one.items()}
+        assert all(abs(a[k] - b[k]) <= OPTIMIZER_SD_TOL * sd[k] for k in a), (a, b, sd)

@@ -188,7 +188,8 @@ def test_vmap_batch_equals_each_stamp_drawn_alone():
     batch = draw_cases(cases, **kw)
     for case, image in zip(cases, batch, strict=True):
         alone = draw_galaxy(**{k: case[k] for k in PARAMS}, **kw)
-        np.testing.assert_allclose(image, np.asarray(alone), rtol=0, atol=1e-13)
+        # another vmap width may round the FFT's last bits differently: 1e-12 of the peak
+        np.testing.assert_allclose(image, np.asarray(alone), rtol=0, atol=1e-12 * image.max())
 
 
 def test_jit_traces_once_for_new_parameter_values():
@@ -219,7 +220,9 @@ def test_output_dtype_follows_inputs():
     )
     assert f64.dtype == jnp.float64
     assert f32.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(f32), np.asarray(f64), atol=1e-6 * float(f64.max()))
+    # float32 rounding (eps 1.2e-7) grown by the FFT's log2 N stages and the profile's
+    # arithmetic: ~1e-6 of the peak; 1e-5 leaves a CPU's other rounding room
+    np.testing.assert_allclose(np.asarray(f32), np.asarray(f64), atol=1e-5 * float(f64.max()))
 
 
 def _loss(params, weights):
@@ -396,7 +399,8 @@ def test_round_psf_fast_path_equals_the_elliptical_path():
     fast = np.asarray(draw_galaxy(**kw, psf_sigma=0.4))
     fwhm = 0.4 * 2.0 * np.sqrt(2.0 * np.log(2.0))
     general = draw_galaxy(**kw, psf_fwhm=fwhm, psf_e1=jnp.asarray(0.0), psf_e2=jnp.asarray(0.0))
-    np.testing.assert_allclose(np.asarray(general), fast, rtol=0, atol=1e-13)
+    # two code paths of the same transform: rounding, 1e-12 of the peak
+    np.testing.assert_allclose(np.asarray(general), fast, rtol=0, atol=1e-12 * fast.max())
 
 
 def test_numerical_hankel_table_matches_the_closed_form():

@@ -15,7 +15,16 @@ __all__ = ["Inference", "MapConfig", "MapInit", "NutsConfig", "ViConfig"]
 
 
 class MapConfig(_Strict):
-    """The MAP fit: used by ``method: map``, and for the Laplace start of NUTS and VI."""
+    """The MAP fit: used by ``method: map``, and for the Laplace start of NUTS and VI.
+
+    Each realization's ``convergence.json`` records the fit under ``optimizer``:
+    ``converged`` (the convergence rule: ``newton_decrement`` <= 1e-4, whatever the
+    optimiser), ``newton_decrement`` (g^T H^-1 g / 2 at the mode: the log density still to
+    gain), ``grad_norm_whitened`` (|L^-1 g| with H = L L^T the Laplace factor: the Newton
+    step still to go, in posterior standard deviations, = sqrt(2 newton_decrement); the raw
+    gradient norm is not recorded, as it scales with the curvature, i.e. with S/N^2),
+    ``n_steps``, ``stopping_rule_met`` (the optimiser's own rule: ``tol``) and ``potential``.
+    """
 
     optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
     """Damped Newton with the exact Hessian (default), L-BFGS or Adam (large models)."""
