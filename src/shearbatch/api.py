@@ -24,7 +24,6 @@ an inference.
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -141,48 +140,35 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
     ``config``: a YAML path or a mapping with the same content. ``options`` are
     ``bias-run``'s options with underscores (``shear_grid=[-0.05, 0.05]``,
     ``shear_grid_g2=[...]``, ``n_realizations=20``, ``output_dir=...``,
-    ``method=<a registered method>``, ``x64=False``, ``batch_size=...``, ``paired=True``, ...);
-    unknown options and bad values raise ``ValueError`` with the CLI's message.
-    Complete realizations are skipped unless ``overwrite=True``.
+    ``method=<a registered method>``, ``x64=False``, ``batch_size=...``, ``paired=True``, ...:
+    the fields of :class:`shearbatch.app.RunOptions`); unknown options and bad values raise
+    ``ValueError`` with the CLI's message. Complete realizations are skipped unless
+    ``overwrite=True``.
     """
-    import click
-    import yaml
-
-    from . import runtime
-    from .cli import _plan_run, _write_manifest, bias_run, run_claimed
+    from . import app
     from .schema import ConfigError
 
-    # every option at the command's own default, as click would pass it
-    kw: dict[str, Any] = dict(bias_run.make_context("bias-run", [], resilient_parsing=True).params)
-    kw.update(progress=False, dry_run=False, preview=None, show_config=None)
-    unknown = sorted(set(options) - set(kw))
+    fields = set(app.RunOptions.fields()) - {"config"}
+    unknown = sorted(set(options) - fields)
     if unknown:
         raise ValueError(f"run: unknown option(s) {', '.join(unknown)}; use bias-run's options")
-    for k, v in options.items():
-        if v is not None and isinstance(kw[k], tuple):
-            v = tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else (v,)
-        kw[k] = v
-    with tempfile.TemporaryDirectory() as tmp:
-        if isinstance(config, Mapping):
-            path = Path(tmp) / "config.yaml"
-            path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
-            config = path
-        kw["config_path"] = str(config)
-        try:
-            job = _plan_run(kw)
-        except (ConfigError, click.UsageError) as err:
-            msg = err.format_message() if isinstance(err, click.UsageError) else str(err)
-            raise ValueError(msg) from None
-    if kw.get("emit_sbatch"):
+    if options.get("emit_sbatch"):
         raise ValueError("run: emit_sbatch writes a SLURM script; use bias-run --emit-sbatch")
-    cache_dir = kw["cache_dir"] or runtime.default_cache_dir(job["output_dir"])  # as bias-run
-    with runtime.scoped():
-        runtime.configure(job["spec"].precision == "float64", cache_dir)
-        try:  # the campaign manifest and the claims, as bias-run
-            provenance = _write_manifest(job, kw["overwrite"])
-        except click.UsageError as err:
-            raise ValueError(err.format_message()) from None
-        report = run_claimed(job, kw, provenance, progress=bool(kw["progress"]))
+    for k in ("shear_grid", "shear_grid_g2", "sbatch_line", "sbatch_setup"):
+        v = options.get(k)
+        if v is not None:
+            options[k] = tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else (v,)
+        else:
+            options.pop(k, None)
+    opts = app.RunOptions(config=config if isinstance(config, Mapping) else str(config),
+                          **{**options, "progress": bool(options.get("progress"))})  # fmt: skip
+    try:
+        plan = app.plan_run(opts)
+        deadline = app.deadline(opts.time_limit) if opts.time_limit is not None else None
+        out = app.run(plan, progress=bool(opts.progress), signals=False, deadline=deadline)
+    except ConfigError as err:  # PlanError is a ValueError too
+        raise ValueError(str(err)) from None
+    report = out.report
     logger.info("wrote %d ok, %d failed realization(s) under %s", report.n_ok, report.n_failed,
-                job["output_dir"])  # fmt: skip
-    return Campaign(job["output_dir"], report=report)
+                plan.output_dir)  # fmt: skip
+    return Campaign(plan.output_dir, report=report)

@@ -45,7 +45,16 @@ from .io import WriteError, WriterPool, clean_orphans, write_realization
 from .io.writer import describe_write_error
 from .spec import RunSpec
 
-__all__ = ["CampaignReport", "inference_program", "lane_chunk_for", "run_campaign"]
+__all__ = [
+    "CampaignReport",
+    "Program",
+    "batch_inputs",
+    "build_program",
+    "inference_program",
+    "lane_chunk_for",
+    "records",
+    "run_campaign",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +97,57 @@ def generate(spec: RunSpec, batch: Sequence[Realization]) -> SimBatch:
     quarters = [4 * r.rotation // r.n_rotations for r in batch]  # ring copies (45 deg each)
     return simulate(spec.truth, [r.seed for r in batch], [(r.g1, r.g2) for r in batch],
                     quarters, [r.noise_stream for r in batch])  # fmt: skip
+
+
+def batch_inputs(
+    spec: RunSpec,
+    batch: Sequence[Realization],
+    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
+) -> tuple[SimBatch, jax.Array]:
+    """The simulated batch and its per-realization inference keys (one per seed)."""
+    sim = (simulate_fn or generate)(spec, batch)
+    return sim, realization_keys([r.seed for r in batch], spec.rng_seed)
+
+
+class Program(NamedTuple):
+    """An inference program (:func:`build_program`): ``program(keys, images) -> Draws``,
+    its method, and the simulated inputs it was built for (None when built without)."""
+
+    method: Any
+    program: Callable[[jax.Array, jax.Array], Any]
+    sim: SimBatch | None = None
+    keys: jax.Array | None = None
+
+    def __call__(self) -> Any:
+        """The program on its own inputs."""
+        return self.program(self.keys, self.sim.images)
+
+    def compile(self) -> Any:
+        """The program lowered and compiled ahead of time for its inputs' shapes."""
+        jax.block_until_ready(self.sim.images)
+        return self.program.lower(self.keys, self.sim.images).compile()
+
+
+def build_program(
+    spec: RunSpec,
+    realizations: Sequence[Realization] | None = None,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    chunk: int | None = None,
+    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
+) -> Program:
+    """generate -> realization keys -> the batched inference program of ``spec``'s method.
+
+    ``realizations`` (one batch, already padded to the lane count): simulated, with their
+    keys, as the program's inputs (``Program.sim`` / ``.keys``); without them only the
+    program is built (the engine simulates each batch with :func:`batch_inputs`). ``mesh``
+    and ``chunk``: :func:`inference_program`. The one set-up of the engine, the compile
+    warm-up of ``bias-run`` and the benchmarks."""
+    method, program = inference_program(spec, mesh, chunk)
+    if realizations is None:
+        return Program(method, program)
+    sim, keys = batch_inputs(spec, realizations, simulate_fn)
+    return Program(method, program, sim, keys)
 
 
 class _Serial:
@@ -162,7 +222,7 @@ def run_campaign(
     if (width := chunk_width(per_device, chunk)) is not None:
         logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
                     width, per_device // width)  # fmt: skip
-    method, program = inference_program(spec, mesh, chunk)
+    method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
     check = batched(chi2_fn(spec.model))  # the residual at each estimate (core/checks.py)
     dtype = str(jnp.result_type(float))
     status: dict[str, str] = {}
@@ -185,10 +245,9 @@ def run_campaign(
             sink.check()
             t0 = time.perf_counter()
             padded = pad_to(batch, batch_size)
-            sim = simulate_fn(spec, padded)
+            sim, keys = batch_inputs(spec, padded, simulate_fn)
             obs = np.asarray(sim.images)
             t1 = time.perf_counter()
-            keys = realization_keys([r.seed for r in padded], spec.rng_seed)
             out = program(keys, sim.images)
             if mesh is not None and ib == 0:
                 shards = jax.tree.leaves(out)[0].addressable_shards
@@ -203,7 +262,7 @@ def run_campaign(
                 logger.info("batch %d: %s", ib + 1, hint)
             for b, r in enumerate(batch):
                 lane = jax.tree.map(lambda a, b=b: a[b], draws)
-                rec = _records(spec, method, r, lane, obs[b], sim, b, dtype, float(chi2[b]))
+                rec = records(spec, method, r, lane, obs[b], sim, b, dtype, float(chi2[b]))
                 rec["convergence"].update(
                     batch={**report, "lane": b}, runtime_s=t_infer / len(batch)
                 )
@@ -264,7 +323,7 @@ def _progress_bar(on: bool, total: int, desc: str):
     return tqdm(total=total, unit="realization", desc=f"bias-run {desc}")
 
 
-def _records(
+def records(
     spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b: int, dtype: str,
     chi2: float = math.nan,
 ):  # fmt: skip

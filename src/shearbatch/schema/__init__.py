@@ -22,6 +22,7 @@ from .config import (
     config_hash,
     load_config,
     parse_config,
+    read_config_data,
 )
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "config_hash",
     "load_config",
     "parse_config",
+    "read_config_data",
 ]

@@ -71,6 +71,7 @@ __all__ = [
     "config_hash",
     "load_config",
     "parse_config",
+    "read_config_data",
 ]
 
 
@@ -621,6 +622,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def load_config(path: str | Path) -> Config:
     """Read and validate a YAML config; raises :class:`ConfigError` with a one-line message."""
+    return parse_config(read_config_data(path))
+
+
+def read_config_data(path: str | Path) -> Any:
+    """The YAML config at ``path`` as parsed data, not validated (:func:`parse_config` does
+    that); raises :class:`ConfigError` when it is missing or not YAML."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
@@ -631,7 +638,7 @@ def load_config(path: str | Path) -> Config:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(err, "problem", None) or type(err).__name__
         raise ConfigError(f"{p}: invalid YAML{where}: {problem}") from None
-    return parse_config(raw)
+    return raw
 
 
 def config_hash(cfg: Config) -> str:

@@ -1,0 +1,59 @@
+"""The application layer under ``bias-run`` and :func:`shearbatch.run`.
+
+- :class:`RunOptions` (the command's options) -> :func:`plan_run` -> a frozen :class:`Plan`
+  (flags merged into the config data and validated by the schema; bad input raises
+  :class:`PlanError` or :class:`~shearbatch.schema.ConfigError`, one line naming the flag or
+  key, before anything is computed);
+- :func:`run` (manifest, claims, signals, time limit, engine), :func:`emit_sbatch` (a SLURM
+  array script instead), :func:`preview` (PNGs of the stamps and fitted models).
+
+The CLI (:mod:`shearbatch.cli`) only parses, calls this package, prints and maps exceptions
+to exit codes; nothing here imports it.
+"""
+
+from .options import PlanError, RunOptions, apply_flags, config_with_flags, flag_name
+from .plan import MAX_PLAN, Plan, check_out_path, check_writable, plan_run
+from .preview import models_at_estimate, preview
+from .runner import (
+    COMMANDS_FILE,
+    Outcome,
+    compile_first,
+    n_complete,
+    preview_only,
+    record_command,
+    resume_hint,
+    run,
+    run_claimed,
+    write_manifest,
+)
+from .sbatch import emit_sbatch, run_args
+from .signals import StopOnSignal, deadline
+
+__all__ = [
+    "COMMANDS_FILE",
+    "MAX_PLAN",
+    "Outcome",
+    "Plan",
+    "PlanError",
+    "RunOptions",
+    "StopOnSignal",
+    "apply_flags",
+    "check_out_path",
+    "check_writable",
+    "compile_first",
+    "config_with_flags",
+    "deadline",
+    "emit_sbatch",
+    "flag_name",
+    "models_at_estimate",
+    "n_complete",
+    "plan_run",
+    "preview",
+    "preview_only",
+    "record_command",
+    "resume_hint",
+    "run",
+    "run_args",
+    "run_claimed",
+    "write_manifest",
+]

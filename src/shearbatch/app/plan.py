@@ -1,0 +1,257 @@
+"""A ``bias-run``'s plan: :func:`plan_run` checks every input and returns a frozen :class:`Plan`.
+
+Nothing is computed or written while planning: bad input raises :class:`PlanError` (or the
+schema's :class:`~shearbatch.schema.ConfigError`) with one line naming the flag or key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .options import PlanError, RunOptions, config_with_flags
+
+__all__ = ["MAX_PLAN", "Plan", "check_out_path", "check_writable", "plan_run"]
+
+logger = logging.getLogger("shearbatch")
+
+#: the most realizations one campaign (one output root, one campaign.json) may plan
+MAX_PLAN = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one ``bias-run`` process (one array task) is to do; built by :func:`plan_run`."""
+
+    #: the validated config, flags applied
+    cfg: Any
+    #: the hashable run spec of ``cfg`` (:func:`shearbatch.spec.run_spec`)
+    spec: Any
+    #: every realization of the campaign, in plan order (all array tasks)
+    realizations: tuple[Any, ...]
+    #: this array task's contiguous slice of ``realizations``
+    mine: tuple[Any, ...]
+    #: the part of ``mine`` to compute (not complete, or everything with ``overwrite``)
+    todo: tuple[Any, ...]
+    #: run id -> :func:`shearbatch.io.realization_status` of each of ``mine`` when planned
+    status: Mapping[str, str]
+    #: lanes of the compiled program: the campaign's, never this task's share
+    batch_size: int
+    #: ``auto``, ``off`` or a number of lanes (``--lane-chunk``)
+    lane_chunk: str
+    #: the campaign root
+    output_dir: Path
+    #: (array task id, array task count)
+    task: tuple[int, int]
+    #: the campaign-defining settings a complete realization must have been computed with
+    expect: Mapping[str, Any]
+    #: the design written to campaign.json (:func:`shearbatch.io.manifest.plan_differences`)
+    plan_info: Mapping[str, Any]
+    #: the options this plan was made from
+    options: RunOptions
+
+    @property
+    def config_name(self) -> str:
+        """The config as the user named it (its path, or ``<mapping>``)."""
+        c = self.options.config
+        return "<mapping>" if isinstance(c, Mapping) else str(c)
+
+
+def check_out_path(flag: str, path: Path, *, is_dir: bool = True, write: bool = True) -> None:
+    """One line (:class:`PlanError`) when ``path`` cannot be created/written: a file where a
+    directory must be (the path itself or an ancestor), or a first existing ancestor not
+    writable."""
+    if path.exists():
+        if is_dir and not path.is_dir():
+            raise PlanError(f"{flag}: {path} exists and is not a directory")
+        if not is_dir and path.is_dir():
+            raise PlanError(f"{flag}: {path} is a directory")
+    anc = path if path.exists() and is_dir else path.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise PlanError(f"{flag}: {anc} is not a directory")
+    if write and not os.access(anc, os.W_OK | os.X_OK):
+        raise PlanError(f"{flag}: {anc} is not writable")
+
+
+def check_writable(output_dir: Path) -> None:
+    """Create the output root and a probe file in it, before anything is computed."""
+    import socket
+
+    probe = output_dir / f".write-probe.{socket.gethostname()}.{os.getpid()}.tmp"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise PlanError(f"--output-dir: cannot write to {output_dir}: {err.strerror}") from None
+
+
+def load_with_flags(kw: RunOptions) -> Any:
+    """The config (a YAML path or a mapping) with ``kw``'s flags merged in, validated."""
+    from ..schema import ConfigError, read_config_data
+
+    if kw.config is None:
+        raise PlanError("Missing option '--config' / '--shine-config'.")
+    data = kw.config if isinstance(kw.config, Mapping) else read_config_data(kw.config)
+    if not isinstance(data, Mapping):
+        raise ConfigError("config: top level must be a mapping")
+    return config_with_flags(data, kw)
+
+
+def _check_flags(kw: RunOptions) -> tuple[str, tuple[int, int]]:
+    """Checks of flags that no config key holds; returns (lane chunk, (task id, count))."""
+    from .. import campaign as cp
+    from ..slurm import ArrayError, parse_indices
+
+    lane_chunk = str(kw.lane_chunk).strip().lower()
+    if lane_chunk not in ("auto", "off") and not (lane_chunk.isdigit() and int(lane_chunk) >= 1):
+        raise PlanError(f"--lane-chunk: auto, off or a number of lanes >= 1, got {kw.lane_chunk!r}")
+    if kw.seed is not None and kw.seed < 0:
+        raise PlanError(f"--seed: must be >= 0, got {kw.seed}")
+    if kw.shear_grid and kw.g1_true is not None:
+        raise PlanError("--g1-true and --shear-grid are exclusive (single realization vs campaign)")
+    if kw.shear_grid_g2 and kw.g2_true is not None:
+        raise PlanError("--g2-true and --shear-grid-g2 are exclusive (constant g2 vs a g2 grid)")
+    if kw.shear_grid_g2 and kw.g1_true is not None:
+        raise PlanError("--g1-true and --shear-grid-g2 are exclusive (single realization vs "
+                        "campaign)")  # fmt: skip
+    if kw.shear_from_prior and (kw.shear_grid or kw.shear_grid_g2):
+        raise PlanError("--shear-from-prior and --shear-grid(-g2) are exclusive")
+    if kw.g1_true is not None and not abs(kw.g1_true) < 1:
+        raise PlanError(f"--g1-true: |g| must be < 1, got {kw.g1_true}")
+    task_id, task_count = kw.array_task_id, kw.array_task_count
+    if (task_id is None) != (task_count is None):
+        raise PlanError("--array-task-id and --array-task-count go together")
+    indices = None
+    if kw.array_indices is not None:
+        if task_id is not None:
+            raise PlanError("--array-indices and --array-task-id are exclusive")
+        try:
+            indices = parse_indices(kw.array_indices)
+        except ArrayError as err:
+            raise PlanError(f"--array-indices: {err}") from None
+        if "SLURM_ARRAY_TASK_ID" not in os.environ:
+            raise PlanError("--array-indices: SLURM_ARRAY_TASK_ID is not set (not an array task)")
+    if task_id is None:
+        try:
+            task_id, task_count = cp.array_task_from_env(indices)
+        except ArrayError as err:
+            raise PlanError(str(err)) from None
+    if task_count < 1:
+        raise PlanError(f"--array-task-count: must be >= 1, got {task_count}")
+    if not 0 <= task_id < task_count:
+        raise PlanError(f"--array-task-id: {task_id} outside [0, {task_count})")
+    return lane_chunk, (task_id, task_count)
+
+
+def plan_run(kw: RunOptions) -> Plan:
+    """Validate everything and build this task's plan; raises :class:`PlanError` /
+    :class:`~shearbatch.schema.ConfigError` (one line) on bad input."""
+    from .. import campaign as cp
+    from ..io import manifest as mf
+    from ..io import realization_status
+    from ..spec import run_spec
+
+    lane_chunk, (task_id, task_count) = _check_flags(kw)
+    cfg = load_with_flags(kw)
+    camp = cfg.campaign
+    output_dir = Path(camp.output_dir)
+    check_out_path("--output-dir", output_dir, write=False)  # writes: check_writable
+    n_plan = (1 if camp.shear_from_prior else len(camp.shear_grid or [])) * camp.n_realizations
+    n_plan *= len(camp.shear_grid_g2 or [0])
+    if camp.paired:
+        n_plan *= 2
+    if kw.g1_true is None and n_plan > MAX_PLAN:
+        raise PlanError(f"--n-realizations: the plan would hold {n_plan:,} realizations, more "
+                        f"than the {MAX_PLAN:,} one output root may hold; split the campaign "
+                        "over several --output-dir / --base-seed ranges")  # fmt: skip
+    spec = run_spec(cfg)
+    expect = mf.defining(spec.config_hash, spec.method, spec.precision)
+    if not kw.overwrite:  # another campaign in the output root: refuse before anything
+        try:
+            mf.check_manifest(output_dir, expect)
+        except ValueError as err:
+            raise PlanError(str(err)) from None
+    if kw.g1_true is not None:
+        seed = kw.seed if kw.seed is not None else camp.base_seed
+        try:
+            plan = cp.plan_single(kw.g1_true, camp.g2, seed, kw.run_id)
+        except ValueError as err:
+            raise PlanError(f"--g1-true/--g2-true: {err}") from None
+        if plan[0].run_id in ("", ".", "..") or "/" in plan[0].run_id:
+            raise PlanError(f"--run-id: not a valid directory name: {plan[0].run_id!r}")
+    elif camp.shear_from_prior:
+        from ..core.priors import draw_shear_from_prior
+
+        plan = cp.plan_from_prior(
+            lambda seed: draw_shear_from_prior(spec.model.shear, seed),
+            n_realizations=camp.n_realizations,
+            base_seed=camp.base_seed,
+        )
+    else:
+        if kw.run_id is not None or kw.seed is not None:
+            raise PlanError("--run-id/--seed are for a single realization (with --g1-true)")
+        if not camp.shear_grid:
+            raise PlanError(
+                "no shear given: use --g1-true (single) or --shear-grid "
+                "(or campaign.shear_grid in the config)"
+            )
+        try:
+            plan = cp.plan_campaign(
+                camp.shear_grid,
+                g2=camp.g2,
+                n_realizations=camp.n_realizations,
+                base_seed=camp.base_seed,
+                paired=camp.paired,
+                shear_grid_g2=camp.shear_grid_g2,
+                rotations=camp.rotations,
+                rotation_noise=camp.rotation_noise,
+            )
+        except ValueError as err:
+            raise PlanError(f"--shear-grid/--shear-grid-g2/--g2-true: {err}") from None
+        if camp.shear_grid_g2 is None:
+            logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
+                        "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
+    single = kw.g1_true is not None
+    grid = not single and not camp.shear_from_prior
+    plan_info = {
+        "design": "single" if single else "prior" if camp.shear_from_prior else "grid",
+        "shear_grid": list(camp.shear_grid) if grid else None,
+        "shear_grid_g2": list(camp.shear_grid_g2) if grid and camp.shear_grid_g2 else None,
+        "g2": camp.g2,
+        "n_realizations": 1 if single else camp.n_realizations,
+        "base_seed": plan[0].seed if single else camp.base_seed,
+        "paired": camp.paired and not single,
+    }
+    mine = cp.array_slice(plan, task_id, task_count)
+    # lanes of the compiled program: the campaign's, never this task's share or what is
+    # left to do, so every array task (whatever its slice size), a resumed run and a
+    # single-process run share one compiled program and give bit-identical results
+    batch_size = max(1, min(camp.batch_size, len(plan)))
+    status = {r.run_id: realization_status(output_dir, r.run_id, expect) for r in mine}
+    if other := [k for k, v in status.items() if v == "other"]:
+        logger.warning("%d complete realization(s) under %s were computed with other "
+                       "campaign-defining settings (e.g. %s); they are redone", len(other),
+                       output_dir, other[0])  # fmt: skip
+    todo = [r for r in mine if kw.overwrite or status[r.run_id] != "done"]
+    return Plan(
+        cfg=cfg,
+        spec=spec,
+        realizations=tuple(plan),
+        mine=tuple(mine),
+        todo=tuple(todo),
+        status=status,
+        batch_size=batch_size,
+        lane_chunk=lane_chunk,
+        output_dir=output_dir,
+        task=(task_id, task_count),
+        expect=expect,
+        plan_info=plan_info,
+        options=kw,
+    )

@@ -1,0 +1,236 @@
+"""Running a plan: the manifest, the claims, signals, the time limit and the engine.
+
+:func:`run` is what ``bias-run`` and :func:`shearbatch.run` do once a :class:`Plan` is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .. import runtime
+from .options import PlanError
+from .plan import Plan
+from .signals import StopOnSignal
+
+__all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "n_complete",
+           "record_command", "resume_hint", "run", "run_claimed", "write_manifest"]  # fmt: skip
+
+logger = logging.getLogger("shearbatch")
+
+#: bias-run appends its command line here, under the output root (provenance of a report)
+COMMANDS_FILE = "commands.txt"
+
+
+class Claimed(NamedTuple):
+    """This task's realizations to compute once claimed, and how many another process holds."""
+
+    todo: list[Any]
+    skipped: int
+
+
+class Outcome(NamedTuple):
+    """What :func:`run` did: the engine's report, the realizations skipped because another
+    ``bias-run`` held them, and the signal that stopped it (``signum`` 0: none)."""
+
+    report: Any
+    skipped: int = 0
+    signum: int = 0
+    signal_name: str = ""
+
+
+def n_complete(plan: Plan) -> int:
+    from ..io import realization_status
+
+    return sum(realization_status(plan.output_dir, r.run_id) in ("done", "failed")
+               for r in plan.mine)  # fmt: skip
+
+
+def resume_hint(plan: Plan) -> str:
+    return (f"{n_complete(plan)} of {len(plan.mine)} realization(s) of this task complete; "
+            "re-run the same command to resume")  # fmt: skip
+
+
+def record_command(plan: Plan, args: Sequence[str]) -> None:
+    """Append this bias-run command line ``args`` (time, array task, config hash) to the
+    output root's commands.txt, which bias-stats --report quotes as provenance."""
+    import shlex
+    from datetime import UTC, datetime
+
+    out = plan.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    tid, tcount = plan.task
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    line = (f"{stamp} task {tid}/{tcount} config_hash {plan.spec.config_hash}: "
+            f"{shlex.join(args)}\n")  # fmt: skip
+    with open(out / COMMANDS_FILE, "a") as fh:  # one short append per process
+        fh.write(line)
+
+
+def compile_first(plan: Plan, cache: str) -> None:
+    """Compile (or load) this campaign's generator and inference program while holding the
+    cache's lock, so that array tasks starting together compile once between them: the
+    first one compiles, writes the cache and leaves a marker (``.compiled-<key>``, the key
+    hashing the config, method, lanes, precision, JAX version and devices); the others
+    wait, see the marker and go on to read the cache (no second trace of the program)."""
+    import hashlib
+    import json
+
+    import jax
+
+    from ..core.batching import pad_to
+    from ..engine import build_program, lane_chunk_for
+
+    spec, lanes = plan.spec, plan.batch_size
+    devs = jax.devices()
+    if len(jax.local_devices()) > 1:
+        # the engine splits lanes over the devices with a program of its own making; a
+        # warm-up of the one-device program here would compile something never used
+        logger.info("%d local devices: no shared compile step, each task compiles or "
+                    "reads the cache itself", len(jax.local_devices()))  # fmt: skip
+        return
+    what = [spec.config_hash, spec.method, spec.precision, lanes, plan.lane_chunk,
+            jax.__version__, devs[0].platform, devs[0].device_kind, len(devs)]  # fmt: skip
+    key = hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
+    with runtime.compile_lock(cache) as waited:
+        marker = Path(cache) / f".compiled-{key}"
+        if marker.exists():
+            logger.info("compile lock (waited %.1f s): the cache already holds the campaign's "
+                        "%d-lane programs", waited, lanes)  # fmt: skip
+            return
+        before = dict(runtime.CACHE_EVENTS)
+        padded = pad_to(list(plan.todo[:lanes]), lanes)
+        built = build_program(spec, padded, chunk=lane_chunk_for(plan.lane_chunk, spec))
+        built.compile()
+        marker.touch()
+        ev = runtime.CACHE_EVENTS
+        logger.info("compile lock (waited %.1f s): %d cache hit(s), %d miss(es) for the "
+                    "campaign's %d-lane programs", waited, ev["hits"] - before["hits"],
+                    ev["misses"] - before["misses"], lanes)  # fmt: skip
+
+
+def write_manifest(plan: Plan) -> dict[str, Any]:
+    """Write (or check) the output root's campaign.json; the per-realization provenance."""
+    from ..io import manifest as mf
+
+    root, cfg = plan.output_dir, plan.cfg.model_dump(mode="json")
+    env = mf.environment()
+    try:
+        man, wrote = mf.write_manifest(root, config=cfg, expect=plan.expect,
+                                       plan=dict(plan.plan_info),
+                                       run_ids=[r.run_id for r in plan.realizations],
+                                       batch_size=plan.batch_size, env=env,
+                                       replace=plan.options.overwrite)  # fmt: skip
+    except ValueError as err:
+        raise PlanError(str(err)) from None
+    except OSError as err:
+        raise PlanError(f"--output-dir: cannot write {root}: {err.strerror}") from None
+    if not wrote and (diff := mf.plan_differences(man, plan.plan_info)):
+        logger.warning("plan settings %s differ from %s: bias-extract counts this campaign "
+                       "against that file's plan", ", ".join(diff), root / mf.MANIFEST)  # fmt: skip
+    return mf.realization_provenance(config=cfg, campaign=dict(plan.plan_info), env=env)
+
+
+@contextlib.contextmanager
+def claimed(plan: Plan) -> Iterator[Claimed]:
+    """This task's realizations to compute, claimed (see :mod:`shearbatch.io.claims`): those
+    another process holds are skipped with a warning naming the overlap, and those completed
+    by another process since the plan are not redone."""
+    from ..io import claims, realization_status
+
+    root, stack = plan.output_dir, contextlib.ExitStack()
+    try:
+        cl = stack.enter_context(claims.claim(root, [r.run_id for r in plan.todo]))
+    except OSError as err:
+        raise PlanError(f"--output-dir: cannot write {root}: {err.strerror}") from None
+    with stack:
+        if cl.others:
+            pids = sorted({p for p in cl.others.values() if p})
+            ids = sorted(cl.others)
+            logger.warning("overlapping slices: %d realization(s) of this task are being "
+                           "computed by another bias-run%s into %s (%s%s); skipped here",
+                           len(ids), f" (pid {', '.join(map(str, pids))})" if pids else "", root,
+                           ", ".join(ids[:3]), ", ..." if len(ids) > 3 else "")  # fmt: skip
+        mine = set(cl.mine)
+        todo = [r for r in plan.todo if r.run_id in mine]
+        if not plan.options.overwrite:
+            now = [r for r in todo if realization_status(root, r.run_id, plan.expect) != "done"]
+            if len(now) < len(todo):
+                logger.info("%d realization(s) were completed by another process since the "
+                            "plan; not redone", len(todo) - len(now))  # fmt: skip
+            todo = now
+        yield Claimed(todo, len(cl.others))
+
+
+def run_claimed(plan: Plan, provenance: dict[str, Any], **engine_kw: Any) -> tuple[Any, int]:
+    """Claim this task's realizations and run them; ``engine_kw``:
+    :func:`shearbatch.engine.run_campaign`'s progress / stop / deadline. Returns the
+    engine's report and the number skipped because another process held them."""
+    from ..engine import run_campaign
+
+    with claimed(plan) as cl:
+        report = run_campaign(plan.spec, cl.todo, output_dir=plan.output_dir,
+                              batch_size=plan.batch_size, overlap=plan.options.overlap,
+                              lane_chunk=plan.lane_chunk, provenance=provenance,
+                              **engine_kw)  # fmt: skip
+    return report, cl.skipped
+
+
+def run(
+    plan: Plan,
+    *,
+    progress: bool = False,
+    deadline: float | None = None,
+    signals: bool = True,
+    command: Sequence[str] | None = None,
+    preview: Path | None = None,
+    notify: Callable[[str], None] = logger.info,
+) -> Outcome:
+    """Run ``plan``: configure JAX (precision, compilation cache), write the manifest,
+    claim this task's realizations and run the engine on them.
+
+    ``deadline`` (``time.time()`` seconds, :func:`~shearbatch.app.signals.deadline`): no
+    batch starts that would not end before it. ``signals``: SIGINT / SIGTERM stop the run
+    cleanly between batches (:class:`StopOnSignal`; leave it off in a notebook, whose
+    interrupt it would turn into an exit). ``command``: the command line recorded in the
+    output root's commands.txt. ``preview``: a PNG of the first stamps, written before the
+    run and again with the fitted models after it. ``notify``: where user-facing lines go.
+    Raises :class:`PlanError` (the output root cannot be written or holds another campaign)
+    and :class:`~shearbatch.io.WriteError` (an output could not be written; every
+    realization is then complete or absent).
+    """
+    from .preview import preview as write_preview
+
+    cache_dir = plan.options.cache_dir or runtime.default_cache_dir(plan.output_dir)
+    stopper = StopOnSignal(lambda: resume_hint(plan)) if signals else contextlib.nullcontext()
+    with runtime.scoped(), stopper as stop:
+        cache = runtime.configure(plan.spec.precision == "float64", cache_dir)
+        runtime.reset_cache_events()
+        if preview is not None:
+            write_preview(plan, preview, notify=notify)
+        provenance = write_manifest(plan)
+        if plan.task[1] > 1 and plan.todo:
+            compile_first(plan, cache)
+        if command is not None:
+            record_command(plan, command)
+        report, skipped = run_claimed(plan, provenance, progress=progress, deadline=deadline,
+                                      stop=stop.event if stop is not None else None)  # fmt: skip
+        if preview is not None:  # again, now with the model at each estimate and the residual
+            write_preview(plan, preview, fitted=True, notify=notify)
+    ev = runtime.CACHE_EVENTS
+    logger.info("persistent compilation cache: %d hit(s), %d miss(es)", ev["hits"], ev["misses"])
+    signum, name = (stop.signum, stop.name) if stop is not None else (0, "")
+    return Outcome(report, skipped, signum if report.stopped == "signal" else 0, name)
+
+
+def preview_only(plan: Plan, path: Path, notify: Callable[[str], None] = logger.info) -> None:
+    """``--dry-run --preview``: the PNG of the first stamps, nothing else computed or written."""
+    from .preview import preview as write_preview
+
+    cache_dir = plan.options.cache_dir or runtime.default_cache_dir(plan.output_dir)
+    with runtime.scoped():
+        runtime.configure(plan.spec.precision == "float64", cache_dir)
+        write_preview(plan, path, notify=notify)

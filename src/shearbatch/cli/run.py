@@ -1,0 +1,164 @@
+"""``bias-run``: parse the options, plan (:func:`shearbatch.app.plan_run`), then run, emit a
+SLURM script or print the plan; exceptions become exit codes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import app
+from .options import _Command, _example, _fail, _given, _given_args, _setup_logging
+from .run_options import run_options
+
+__all__ = ["bias_run"]
+
+logger = logging.getLogger("shearbatch")
+
+
+class _RunCommand(_Command):
+    variadic = ("--shear-grid", "--shear-grid-g2")
+
+
+def _options(kw: dict[str, Any]) -> app.RunOptions:
+    """The click arguments as :class:`~shearbatch.app.RunOptions`."""
+    fields = set(app.RunOptions.fields()) - {"config"}
+    return app.RunOptions(config=kw["config_path"], **{k: v for k, v in kw.items() if k in fields})
+
+
+@click.command(
+    cls=_RunCommand,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=_example(
+        "bias-run --config configs/level0.yaml --shear-grid -0.05 0.05 \\",
+        "         --shear-grid-g2 -0.05 0.05 --n-realizations 20 --output-dir results/c",
+        "bias-run --config configs/level0.yaml --show-config    # resolved config, defaults in",
+    ),
+)
+@run_options
+def bias_run(**kw: Any) -> int:
+    """Stage 1: simulate and infer a campaign; one directory per realization.
+
+    Writes <output-dir>/<run id>/{posterior.nc, truth.json, convergence.json};
+    complete realizations are skipped on a re-run. Exit status: 0 success, 1 some
+    realizations failed (the others are written), 2 bad input, 3 stopped by
+    --time-limit / SLURM_JOB_END_TIME, 4 an output could not be written (disk full),
+    130 / 143 stopped by Ctrl-C / SIGTERM; after 3, 4, 130 and 143 every realization
+    is complete or absent and the same command resumes.
+
+    \b
+    On a SLURM cluster (every array task takes its own slice of the same plan; all
+    tasks share one compiled program through the cache under the output root):
+      bias-run --config configs/level0.yaml --shear-grid -0.02 0.02 \\
+          --n-realizations 500 --batch-size 64 --output-dir /scratch/$USER/camp \\
+          --emit-sbatch camp.sbatch --sbatch-tasks 16 --sbatch-throttle 4 \\
+          --sbatch-time 01:00:00 --sbatch-mem 8G
+      jid=$(sbatch --parsable camp.sbatch)
+      sbatch --dependency=afterany:$jid camp-stats.sbatch
+    Re-submitting camp.sbatch re-runs only what is missing.
+    """
+    from ..io import WriteError
+    from ..schema import ConfigError
+
+    _setup_logging(kw["verbose"])
+    if kw["show_config"] is not None:
+        return _show_config(kw)
+    if kw["config_path"] is None:
+        raise _fail("Missing option '--config' / '--shine-config'.")
+    opts = _options(kw)
+    try:
+        deadline = app.deadline(opts.time_limit)
+        plan = app.plan_run(opts)
+        if opts.emit_sbatch:
+            for line in app.emit_sbatch(plan, _given(("COMMANDLINE", "ENVIRONMENT"))):
+                click.echo(line)
+            return 0
+        _print_plan(plan)
+        if opts.dry_run:
+            if opts.preview:
+                app.preview_only(plan, Path(opts.preview), notify=click.echo)
+            return 0
+        app.check_writable(plan.output_dir)
+        progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
+        try:
+            out = app.run(plan, progress=progress, deadline=deadline, command=_given_args(),
+                          preview=Path(opts.preview) if opts.preview else None,
+                          notify=click.echo)  # fmt: skip
+        except WriteError as err:
+            click.echo(f"Error: {err}; {app.resume_hint(plan)}", err=True)
+            return 4
+    except (ConfigError, app.PlanError) as err:
+        raise _fail(str(err)) from None
+    report = out.report
+    click.echo(
+        f"wrote {report.n_ok} ok, {report.n_failed} failed realization(s) under {plan.output_dir}"
+        f" in {report.wall_s:.1f} s"
+        + (f"; skipped {out.skipped} claimed by another bias-run" if out.skipped else "")
+    )
+    if report.stopped == "signal":
+        logger.warning("%s: %s", out.signal_name, app.resume_hint(plan))
+        return 128 + out.signum
+    if report.stopped:
+        logger.warning("time limit: %s", app.resume_hint(plan))
+        return 3
+    return 1 if report.n_failed else 0
+
+
+def _show_config(kw: dict[str, Any]) -> int:
+    """``--show-config``: the resolved config (defaults filled in, flags applied) as YAML."""
+    import dataclasses
+
+    import yaml
+
+    from ..app.plan import load_with_flags
+    from ..schema import ConfigError, config_hash
+
+    path = kw["show_config"] or kw["config_path"]
+    if not path:
+        raise _fail("--show-config: give a config (--show-config CONFIG or --config CONFIG)")
+    try:
+        cfg = load_with_flags(dataclasses.replace(_options(kw), config=path))
+    except (ConfigError, app.PlanError) as err:
+        raise _fail(str(err)) from None
+    text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    click.echo(f"# {path}: resolved (defaults filled in, flags applied); config hash "
+               f"{config_hash(cfg)}; every key: docs/config.md")  # fmt: skip
+    click.echo(text, nl=False)
+    return 0
+
+
+def _print_plan(plan: app.Plan) -> None:
+    from ..campaign import make_batches
+    from ..core.snr import reference_signal
+
+    opts = plan.options
+    cfg, mine, todo = plan.cfg, plan.mine, plan.todo
+    bs = plan.batch_size
+    batches = make_batches(todo, bs)
+    done = [r for r in mine if plan.status[r.run_id] == "done"]
+    tid, tcount = plan.task
+    echo = click.echo if opts.dry_run else logger.info
+    echo(
+        f"config: {plan.config_name} (hash {plan.spec.config_hash}), method: {cfg.inference.method}"
+    )
+    echo(
+        f"plan: {len(plan.realizations)} realizations; array task {tid} of {tcount} takes "
+        f"{len(mine)}; already complete: {len(done)}"
+        f"{' (overwrite)' if opts.overwrite and done else ''}; "
+        f"to run: {len(todo)} in {len(batches)} batch(es) of {bs}"
+    )
+    echo(f"output dir: {plan.output_dir}")
+    model = plan.spec.model
+    echo(f"precision: {plan.spec.precision}; noise sigma {model.noise_sigma:.6g} per pixel; "
+         f"matched-filter S/N of the reference galaxy (prior means, unsheared): "
+         f"{reference_signal(model) / model.noise_sigma:.4g}")  # fmt: skip
+    if opts.dry_run:
+        for i, b in enumerate(batches):
+            pad = bs - len(b)
+            ids = " ".join(r.run_id for r in b)
+            click.echo(f"batch {i + 1}: {ids}" + (f" (+{pad} padding)" if pad else ""))
+        for r in done:
+            click.echo(f"done (skipped): {r.run_id}")
