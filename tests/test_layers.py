@@ -1,0 +1,59 @@
+"""The layers point one way: the CLI calls the application layer (shearbatch.app), which
+never imports the CLI (nor click); neither does the Python API. Read from the source (ast),
+deferred imports inside functions included, so a late ``from ..cli import ...`` is caught."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "shearbatch"
+
+
+def imported_modules(source: str, package: list[str]) -> set[str]:
+    """Every module ``source`` (a module of ``package``) imports, anywhere in it, as
+    absolute dotted names (``from .. import cli`` gives ``shearbatch`` and ``shearbatch.cli``)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            out |= {mod, *(f"{mod}.{a.name}" for a in node.names)}
+    return out
+
+
+def modules_of(path: Path) -> set[str]:
+    package = list(path.relative_to(PKG.parent).parts[:-1])
+    return imported_modules(path.read_text(), package)
+
+
+def forbidden(mods: set[str]) -> list[str]:
+    return sorted(m for m in mods if m in ("shearbatch.cli", "click")
+                  or m.startswith(("shearbatch.cli.", "click.")))  # fmt: skip
+
+
+def test_the_check_sees_relative_and_deferred_imports():
+    """The check itself can fail: deferred, relative imports of the CLI are found."""
+    src = "def f():\n    from ..cli import bias_run\n    from .. import cli\n    import click\n"
+    found = forbidden(imported_modules(src, ["shearbatch", "app"]))
+    assert found == ["click", "shearbatch.cli", "shearbatch.cli.bias_run"]
+    runner = modules_of(PKG / "app" / "runner.py")
+    assert {"shearbatch.engine", "shearbatch.runtime", "shearbatch.app.plan"} <= runner
+
+
+@pytest.mark.parametrize(
+    "path",
+    [PKG / "api.py", *sorted((PKG / "app").glob("*.py"))],
+    ids=lambda p: str(p.relative_to(PKG)),
+)
+def test_api_and_app_do_not_import_the_cli(path):
+    bad = forbidden(modules_of(path))
+    assert not bad, f"{path.relative_to(PKG)} imports {bad}"
+
+
+def test_cli_modules_stay_small():
+    """Each command's module only parses, calls shearbatch.app, prints and maps errors."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PKG / "cli").glob("*.py")}
+    assert sizes and max(sizes.values()) <= 400, sizes
