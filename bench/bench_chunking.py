@@ -2,7 +2,7 @@
 realization against the chunk width, and the check that chunks change no result.
 
 For each config in ``--configs`` and each batch size in ``--batches`` it builds the
-campaign's inference program (``shearbatch.engine.inference_program``, the same one
+campaign's inference program (``shearbatch.engine.build_program``, the same one
 ``bias-run`` runs) once per chunk width in ``--chunks`` (0 = the whole batch in one
 ``vmap``, the path before chunking), times ``--repeats`` calls after compilation
 (median, ``block_until_ready``) and compares every output leaf with the unchunked
@@ -32,9 +32,9 @@ def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) 
     import jax
 
     from shearbatch.campaign import plan_campaign
-    from shearbatch.core.batching import chunk_width, realization_keys
+    from shearbatch.core.batching import chunk_width
     from shearbatch.core.compare import agreement
-    from shearbatch.engine import generate, inference_program
+    from shearbatch.engine import build_program
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 
@@ -42,11 +42,11 @@ def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) 
     raw = raw.model_copy(update={"inference": raw.inference.model_copy(update={"method": method})})
     spec = run_spec(raw)
     plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
-    sim = generate(spec, plan)
-    keys = realization_keys([r.seed for r in plan], spec.rng_seed)
+    base = build_program(spec, plan)  # one batch of inputs, programs of every chunk width
+    sim, keys = base.sim, base.keys
     rows, ref = [], None
     for chunk in chunks:
-        _, program = inference_program(spec, chunk=chunk or None)
+        program = build_program(spec, chunk=chunk or None).program
         t0 = time.perf_counter()
         out = jax.block_until_ready(program(keys, sim.images))
         first = time.perf_counter() - t0

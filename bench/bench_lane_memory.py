@@ -28,7 +28,7 @@ def program_memory(lanes: int, dtype: str, stamp: int) -> dict[str, Any]:
     import jax.numpy as jnp
 
     from shearbatch.core.batching import realization_keys
-    from shearbatch.engine import inference_program
+    from shearbatch.engine import build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 
@@ -37,7 +37,7 @@ def program_memory(lanes: int, dtype: str, stamp: int) -> dict[str, Any]:
     raw["image"].update(size_x=stamp, size_y=stamp)
     raw["inference"]["precision"] = dtype
     spec = run_spec(parse_config(raw))
-    _, program = inference_program(spec)
+    program = build_program(spec).program  # lowered for shapes only: no simulation
     keys = realization_keys(list(range(lanes)), spec.rng_seed)
     obs = jax.ShapeDtypeStruct((lanes, 1, stamp, stamp), jnp.dtype(dtype))
     t0 = time.perf_counter()

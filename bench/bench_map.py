@@ -5,7 +5,7 @@
    ``--batch-size`` (64), float64, in a new process, cold (empty compilation cache)
    and warm (cache filled by the cold run); whole-process wall time, median of
    ``--repeats``.
-2. The inference step alone (``shearbatch.engine.inference_program``: one compiled
+2. The inference step alone (``shearbatch.engine.build_program``: one compiled
    batched MAP + Laplace program, simulated data ready, compile excluded):
    realizations per second at batch ``--batches`` (1 16 64 256), median of ``--repeats``.
 
@@ -70,8 +70,7 @@ def end_to_end(args) -> dict[str, Any]:
 
 def inference_only(args) -> dict[str, Any]:
     from shearbatch.campaign import plan_campaign
-    from shearbatch.core.batching import realization_keys
-    from shearbatch.engine import generate, inference_program
+    from shearbatch.engine import build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 
@@ -81,10 +80,9 @@ def inference_only(args) -> dict[str, Any]:
     out = {}
     for b in args.batches:
         plan = plan_campaign([0.02], n_realizations=b, base_seed=0)
-        sim = generate(spec, plan)
-        keys = realization_keys([r.seed for r in plan], spec.rng_seed)
-        _, prog = inference_program(spec)
-        first, times, _ = h.time_calls(prog, (keys, sim.images), args.repeats)
+        built = build_program(spec, plan)
+        first, times, _ = h.time_calls(built.program, (built.keys, built.sim.images),
+                                       args.repeats)  # fmt: skip
         med = h.median(times)
         out[str(b)] = {
             "compile_and_first_s": first,

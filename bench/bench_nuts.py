@@ -4,7 +4,7 @@ Workload, "noisy Level 0": ``configs/level0.yaml``, noise sigma ``--sigma``, she
 Normal(0, 0.05) per component (pinned: the committed figures'), galaxy centre free (+-0.5
 px), NUTS from each realization's MAP + Laplace fit, 4 chains, float64; latents g1 g2 dx dy.
 
-- ours: ``shearbatch.engine.inference_program(run_spec(cfg))``, B x C independent NUTS
+- ours: ``shearbatch.engine.build_program(run_spec(cfg))``, B x C independent NUTS
   samplers vmapped in lockstep, each in its realization's Laplace-whitened coordinates;
 - capped: the same with the README's large-batch recipe (tree depth capped at
   ``--capped-depth``, Laplace inverse mass matrix kept fixed);
@@ -38,13 +38,12 @@ from numpyro.infer.util import potential_energy
 
 import _harness as h
 from shearbatch.campaign import plan_campaign
-from shearbatch.core.batching import realization_keys
 from shearbatch.core.diagnostics import ess_bulk
 from shearbatch.core.generate import render_stamps
 from shearbatch.core.methods import nuts
 from shearbatch.core.model import make_model
 from shearbatch.core.posterior import build_posterior
-from shearbatch.engine import generate, inference_program
+from shearbatch.engine import build_program
 from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec
 
@@ -73,13 +72,13 @@ def make_specs(args) -> tuple[Any, Any]:
 def make_batch(spec, b: int, hard: bool, hard_factor: float):
     """(keys, obs) of a batch of ``b``; ``hard``: the last lane at S/N x hard_factor."""
     plan = plan_campaign(GRID, n_realizations=math.ceil(b / len(GRID)), base_seed=0)[:b]
-    sim = generate(spec, plan)
-    images = np.array(sim.images)
+    built = build_program(spec, plan)
+    sim, images = built.sim, np.array(built.sim.images)
     if hard:
         params = {k: v[b - 1] for k, v in sim.params.items()}
         clean = np.asarray(render_stamps(spec.truth, params, sim.g[b - 1]))
         images[b - 1] = hard_factor * clean + (images[b - 1] - clean)  # same noise
-    return realization_keys([r.seed for r in plan], spec.rng_seed), jnp.asarray(images)
+    return built.keys, jnp.asarray(images)
 
 
 def joint_program(spec, b: int):
@@ -170,7 +169,7 @@ _COMPILED: dict[tuple[str, int], tuple[Any, float]] = {}
 def run(name: str, spec, keys, obs, repeats: int, hard: bool) -> dict:
     """Compile once per (sampler, batch size) (the hard case re-uses it), time, summarize."""
     b, n_obj = obs.shape[0], spec.model.image.n_objects
-    method, prog = (None, joint_program(spec, b)[0]) if name == "joint" else inference_program(spec)
+    method, prog = (None, joint_program(spec, b)[0]) if name == "joint" else build_program(spec)[:2]
     if (name, b) not in _COMPILED:
         _COMPILED[name, b] = h.compile_aot(prog, keys, obs)
     compiled, compile_s = _COMPILED[name, b]

@@ -1,6 +1,6 @@
 """How MAP (and NUTS, small) scale with the galaxies per realization M and the batch B.
 
-The inference step alone (``shearbatch.engine.inference_program``: one compiled
+The inference step alone (``shearbatch.engine.build_program``: one compiled
 batched program, simulated data ready), on 16x16 stamps of ``configs/level2.yaml``'s
 population (flux, size, shape and offset free per galaxy; 2 + 6 M latents):
 
@@ -52,27 +52,25 @@ def measure(raw: dict, b: int, repeats: int, dense: bool = False) -> dict[str, A
     import jax
 
     from shearbatch.campaign import plan_campaign
-    from shearbatch.core.batching import realization_keys
     from shearbatch.core.posterior import build_posterior
-    from shearbatch.engine import generate, inference_program
+    from shearbatch.engine import build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 
     spec = run_spec(parse_config(raw))
     plan = plan_campaign([0.02], n_realizations=b, base_seed=0)
-    sim = generate(spec, plan)
-    keys = realization_keys([r.seed for r in plan], spec.rng_seed)
     if dense:  # the same method with jax.hessian's dense Hessian
         import shearbatch.engine as engine
 
         real = engine.build_posterior
         engine.build_posterior = lambda p: build_posterior(p)._replace(hessian=jax.hessian)
         try:
-            _, prog = inference_program(spec)
+            built = build_program(spec, plan)
         finally:
             engine.build_posterior = real
     else:
-        _, prog = inference_program(spec)
+        built = build_program(spec, plan)
+    prog, keys, sim = built.program, built.keys, built.sim
     compiled, compile_s = h.compile_aot(prog, keys, sim.images)
     first, times, _ = h.time_calls(compiled, (keys, sim.images), repeats)
     med = h.median(times)

@@ -108,16 +108,15 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
     import jax
 
     from shearbatch.campaign import plan_campaign
-    from shearbatch.core.batching import realization_keys
-    from shearbatch.engine import _records, generate, inference_program, lane_chunk_for
+    from shearbatch.engine import build_program, lane_chunk_for, records
     from shearbatch.io import write_realization
 
     plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
-    sim = generate(spec, plan)
-    keys = realization_keys([r.seed for r in plan], spec.rng_seed)
+    base = build_program(spec, plan)  # one batch of inputs, two programs
+    sim, keys = base.sim, base.keys
     cpu_of = {}
     for name, chunk in (("unchunked", None), ("chunked", lane_chunk_for("auto", spec))):
-        method, program = inference_program(spec, chunk=chunk)
+        method, program = build_program(spec, chunk=chunk)[:2]
         _, _, draws = h.time_calls(program, (keys, sim.images), 0)  # compile (persistent cache)
         cpu = []
         for _ in range(3):
@@ -129,7 +128,7 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
     for b, r in enumerate(plan):
         lane = jax.tree.map(lambda a, b=b: a[b], draws)
         c0 = time.process_time()
-        rec = _records(spec, method, r, lane, obs[b], sim, b, "float64")
+        rec = records(spec, method, r, lane, obs[b], sim, b, "float64")
         write_realization(tmp / "cpu" / r.run_id, observed=obs[b], **rec)
         write.append(time.process_time() - c0)
     inf_ms, write_ms = cpu_of["chunked"], 1e3 * h.median(write)
