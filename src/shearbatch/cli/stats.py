@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..app import COMMANDS_FILE
+from ..app.stats import stats_plots, write_report
 from .options import (
     _check_out_path,
     _Command,
@@ -179,12 +179,14 @@ def bias_stats(**kw: Any) -> int:
         raise _fail(f"--input: {err}") from None
     out = Path(kw["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    plot_dir = _stats_plots(df, use, res, fits, out, kw["posterior_dir"]) if kw["plots"] else None
+    plot_dir = stats_plots(df, use, res, fits, out, kw["posterior_dir"]) if kw["plots"] else None
     text = json.dumps(to_strict_json(res), indent=2, allow_nan=False)
     (out / "bias_results.json").write_text(text + "\n")
     _print_stats(res, out, plot_dir)
     if kw["report"] is not None:
-        _write_report(res, df, plot_dir, kw["posterior_dir"], Path(kw["report"]))
+        path = write_report(res, df, plot_dir, kw["posterior_dir"], Path(kw["report"]),
+                            command=_given_args())  # fmt: skip
+        click.echo(f"report: {path}")
     return EXIT_CODES[res["verdict"]]
 
 
@@ -244,63 +246,3 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
     click.echo(f"verdict: {v} (exit {EXIT_CODES[v]}) -> {out / 'bias_results.json'}")
     if plot_dir is not None:
         click.echo(f"plots: {plot_dir}")
-
-
-def _write_report(
-    res: dict[str, Any], df: Any, plot_dir: Path | None, posterior_dir: str | None, path: Path
-) -> None:
-    """``--report``: one self-contained HTML file (analysis/report.py)."""
-    import xarray as xr
-
-    from ..analysis import report
-    from ..io import POSTERIOR, find_realization_dirs
-
-    attrs = []
-    if posterior_dir is not None:
-        for d in find_realization_dirs(posterior_dir)[:500]:  # provenance, not statistics
-            if (d / POSTERIOR).is_file():
-                with xr.open_datatree(d / POSTERIOR, engine="netcdf4") as tree:
-                    attrs.append(dict(tree.attrs))
-    order = ["residuals.png", "coverage.png", "ranks.png", "worst_diagnostics.png"]
-    figures = []
-    if plot_dir is not None:
-        figures = sorted(plot_dir.glob("*.png"), key=lambda p: (p.name not in order,
-                         order.index(p.name) if p.name in order else 0, p.name))  # fmt: skip
-    commands = []
-    if posterior_dir is not None and (Path(posterior_dir) / COMMANDS_FILE).is_file():
-        commands = (Path(posterior_dir) / COMMANDS_FILE).read_text().splitlines()[-20:]
-    prov = report.provenance(_given_args(), attrs, commands)
-    text = report.render_report(res, figures, report.failures_by_flag(df), prov)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    click.echo(f"report: {path}")
-
-
-def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Path:
-    from ..analysis import plots
-    from ..io import POSTERIOR, find_realization_dirs
-
-    d = out / "plots"
-    d.mkdir(parents=True, exist_ok=True)
-    figs = {
-        "residuals.png": plots.residual_figure(
-            use, fits, res["estimator"], point=res["point_estimate"], weights=res["weights"]
-        ),
-        "coverage.png": plots.coverage_figure(res["coverage"]),
-        "ranks.png": plots.rank_figure(use, res["sbc"]),
-    }
-    if posterior_dir is not None:
-        worst = plots.worst_converged(df)
-        where = {p.name: p for p in find_realization_dirs(posterior_dir)}
-        found = [w for w in worst if w in where and (where[w] / POSTERIOR).is_file()]
-        if found:
-            truth = df.set_index("run_id")
-            figs["worst_diagnostics.png"] = plots.diagnostics_figure(
-                [where[w] for w in found],
-                [(float(truth.at[w, "g1_true"]), float(truth.at[w, "g2_true"])) for w in found],
-            )
-        else:
-            logger.warning("--posterior-dir: none of the worst realizations %s found", worst)
-    for name, fig in figs.items():
-        fig.savefig(d / name, dpi=110)
-    return d
