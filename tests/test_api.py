@@ -86,6 +86,11 @@ def test_bad_options_raise_the_clis_message(tmp_path):
         shearbatch.run(LEVEL0, batch_size=0, output_dir=str(tmp_path / "x"))
     with pytest.raises(ValueError, match="unknown option"):
         shearbatch.run(LEVEL0, shear_gird=[0.01])
+    # every option goes through the schema's rules, reported under the option's flag
+    with pytest.raises(ValueError, match="--rotations: must be 1, 2 or 4, got 3"):
+        shearbatch.run(LEVEL0, rotations=3, output_dir=str(tmp_path / "x"))
+    with pytest.raises(ValueError, match=r"--shear-grid: \|g\| must be < 1"):
+        shearbatch.run(LEVEL0, shear_grid=[0.01, 1.5], output_dir=str(tmp_path / "x"))
     with pytest.raises(ValueError, match="did you mean"):
         cfg = tiny_config()
         cfg["gal"]["fluxx"] = cfg["gal"].pop("flux")

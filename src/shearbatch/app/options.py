@@ -178,6 +178,10 @@ def _flag_error(msg: str, over: Mapping[str, tuple[str, Any]]) -> str:
                 path, rest = f"{path}.{key}", tail
             elif mentioned:
                 path, rest = mentioned[0], f"{tail} ({path}.{key} in the config)"
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 1, -1):  # an item of a list a flag gave (shear_grid.0)
+        if path not in over and ".".join(parts[:i]) in over:
+            path, rest = ".".join(parts[:i]), f"item {'.'.join(parts[i:])}: {rest}"
     if path not in over:
         return msg
     option, value = over[path]
