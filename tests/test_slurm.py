@@ -296,3 +296,26 @@ def test_compile_lock_lets_one_task_compile_at_a_time(tmp_path):
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with runtime.compile_lock("off") as waited:
         assert waited == 0.0
+
+
+def test_array_tasks_starting_together_compile_once(tmp_path, caplog):
+    """Task 0 compiles the campaign's program under the cache's lock (app.compile_first,
+    through engine.build_program) and leaves its marker; task 1 finds it and only reads."""
+    cfg = write_config(tmp_path / "tiny.yaml", {"image.size_x": 16, "image.size_y": 16,
+                                               "gal.half_light_radius": 0.3})  # fmt: skip
+    cache = tmp_path / "cache"
+    base = ["--config", cfg, "--shear-grid", "0.01", "0.02", "--n-realizations", "1", "--batch-size", "1",
+            "--output-dir", str(tmp_path / "camp"), "--cache-dir", str(cache),
+            "--array-task-count", "2", "--no-progress"]  # fmt: skip
+    logs = []
+    for i in range(2):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="shearbatch"):
+            res = CliRunner().invoke(bias_run, [*base, "--array-task-id", str(i)])
+        assert res.exit_code == 0, res.output
+        assert "wrote 1 ok, 0 failed" in res.output
+        logs.append([r.getMessage() for r in caplog.records if "compile lock" in r.getMessage()])
+        if i == 0:
+            assert len(list(cache.glob(".compiled-*"))) == 1
+    assert len(logs[0]) == 1 and "miss(es) for the campaign's 1-lane programs" in logs[0][0]
+    assert len(logs[1]) == 1 and "the cache already holds" in logs[1][0]
