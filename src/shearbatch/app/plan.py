@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .options import PlanError, RunOptions, config_with_flags
@@ -246,7 +247,7 @@ def plan_run(kw: RunOptions) -> Plan:
         realizations=tuple(plan),
         mine=tuple(mine),
         todo=tuple(todo),
-        status=status,
+        status=MappingProxyType(status),
         batch_size=batch_size,
         lane_chunk=lane_chunk,
         output_dir=output_dir,
