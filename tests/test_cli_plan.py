@@ -232,3 +232,11 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     assert needle in lines[0], lines[0]
     assert "Traceback" not in res.output
     assert sorted(os.listdir(out)) == ["keep.txt"] and keep.read_text() == "precious"
+
+
+def test_every_bias_run_option_is_a_run_option():
+    """The command's options and RunOptions' fields are the same names, so no flag is
+    dropped on its way to plan_run and shearbatch.run takes every option bias-run takes."""
+    cli_only = {"config_path", "show_config", "verbose", "version", "help"}
+    names = {p.name for p in bias_run.params} - cli_only
+    assert names == set(RunOptions.fields()) - {"config"}
