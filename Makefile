@@ -11,7 +11,7 @@ OUT    ?= results/demo
 CONSTRAINTS ?= constraints.txt
 PIN    := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 
-.PHONY: help demo test test-slow test-slurm lint constraints clean
+.PHONY: help demo test test-slow test-slurm lint docs constraints clean
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,6 +26,10 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet $(PIN) -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-docs: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet $(PIN) -e '.[docs]'
 	touch $@
 
 # A small Level 0 campaign on a two-dimensional shear grid (every (g1, g2) pair of
@@ -60,17 +64,23 @@ lint: $(VENV)/.installed-test  ## ruff check + format check
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
+# The documentation site (Sphinx + MyST Markdown, furo; API reference from the docstrings):
+# docs/*.md, the generated docs/config.md and every docs/results/*.md; warnings are errors.
+docs: $(VENV)/.installed-docs  ## set-up + the documentation site, warnings as errors (docs/_build/html)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs/_build/html/index.html"
+
 # Re-resolve the newest versions pyproject.toml allows into a scratch venv and record them
 # (then run `make test` and commit constraints.txt if it passes).
 constraints:  ## refresh constraints.txt from a fresh resolve of pyproject.toml
 	rm -rf .venv-constraints
 	$(PYTHON) -m venv .venv-constraints
 	.venv-constraints/bin/python -m pip install --quiet --upgrade pip
-	.venv-constraints/bin/python -m pip install --quiet -e '.[test]'
-	( echo "# Tested versions: pip install -c constraints.txt -e '.[test]' (what make uses)."; \
-	  echo "# Refresh: make constraints, then make test; commit if it passes."; \
+	.venv-constraints/bin/python -m pip install --quiet -e '.[test,docs]'
+	( echo "# Tested versions: pip install -c constraints.txt -e '.[test]' (what make uses; '.[docs]' for make docs)."; \
+	  echo "# Refresh: make constraints, then make test and make docs; commit if they pass."; \
 	  .venv-constraints/bin/python -m pip freeze --exclude-editable ) > constraints.txt
 	rm -rf .venv-constraints
 
-clean:  ## remove .venv and results/demo
-	rm -rf $(VENV) results/demo
+clean:  ## remove .venv, results/demo and the built docs
+	rm -rf $(VENV) results/demo docs/_build

@@ -6,7 +6,7 @@ px), NUTS from each realization's MAP + Laplace fit, 4 chains, float64; latents 
 
 - ours: ``shearbatch.engine.build_program(run_spec(cfg))``, B x C independent NUTS
   samplers vmapped in lockstep, each in its realization's Laplace-whitened coordinates;
-- capped: the same with the README's large-batch recipe (tree depth capped at
+- capped: the same with the documented large-batch recipe (docs/design.md) (tree depth capped at
   ``--capped-depth``, Laplace inverse mass matrix kept fixed);
 - joint: the package's ONE model (``shearbatch.core.model.make_model``) inside
   ``numpyro.plate("realization", B)``, run by NumPyro's functional NUTS

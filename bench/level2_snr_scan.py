@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 VAL = ROOT / "results" / "validation"
 CAMPAIGNS = {30: "level2_snr30", 45: "level2", 450: "level2_snr450"}
-SINGLE_GALAXY_MAP = {"snr": 15.0, "m1": -0.015}  # README, noise bias measured (MAP, S/N 15)
+SINGLE_GALAXY_MAP = {"snr": 15.0, "m1": -0.015}  # docs/validation.md, noise bias (MAP, S/N 15)
 
 
 def per_seed(csv: Path, g: float = 0.02) -> pd.Series:

@@ -1,5 +1,5 @@
 """The notebook path: shearbatch.run a two-component campaign, open it, read its statuses,
-summary, m and c, and one posterior with units, as the README's session does."""
+summary, m and c, and one posterior with units, as the docs' session does."""
 
 import warnings
 from pathlib import Path
@@ -100,10 +100,10 @@ def test_bad_options_raise_the_clis_message(tmp_path):
         shearbatch.open_campaign(tmp_path / "nothing")
 
 
-def test_the_readme_session_runs_as_written(tmp_path, monkeypatch):
-    """The README's notebook session, executed line by line (on the tiny config, 3 seeds,
-    in a temporary directory): a newcomer can copy it."""
-    text = Path("README.md").read_text()
+def test_the_docs_session_runs_as_written(tmp_path, monkeypatch):
+    """The notebook session of the Python API page (docs/api.md), executed line by line
+    (on the tiny config, 3 seeds, in a temporary directory): a newcomer can copy it."""
+    text = Path("docs/api.md").read_text()
     block = text.split("## From Python (notebooks)", 1)[1].split("```python", 1)[1]
     block = block.split("```", 1)[0]
     code = "\n".join(ln[4:] for ln in block.splitlines() if ln.startswith((">>> ", "... ")))
@@ -114,7 +114,7 @@ def test_the_readme_session_runs_as_written(tmp_path, monkeypatch):
             .replace("batch_size=40", "batch_size=12"))  # fmt: skip
     monkeypatch.chdir(tmp_path)  # output_dir="results/nb" lands here
     ns: dict = {}
-    exec(compile(code, "README.md", "exec"), ns)
+    exec(compile(code, "docs/api.md", "exec"), ns)
     assert ns["res"]["m2"] is not None and ns["res"]["verdict"] in ("PASS", "INCONCLUSIVE")
     assert len(ns["df"]) == 12 and (tmp_path / "results" / "nb").is_dir()
 

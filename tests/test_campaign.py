@@ -90,9 +90,9 @@ def test_realization_status(tmp_path):
     (d / "convergence.json").write_text(json.dumps({"status": "failed"}))
     assert realization_status(tmp_path, "a") == "failed"
     (d / "convergence.json").write_text(json.dumps({"status": "ok"}))
-    assert realization_status(tmp_path, "a") == "done"
+    assert realization_status(tmp_path, "a") == "corrupt"  # b"x" is no netCDF file
     (d / "convergence.json").write_text("{trunc")
-    assert realization_status(tmp_path, "a") == "incomplete"
+    assert realization_status(tmp_path, "a") == "corrupt"  # (tests/test_layout.py: the rest)
 
 
 @pytest.mark.parametrize("rotations", [2, 4])

@@ -81,7 +81,11 @@ def test_level0_matches_the_issue():
         ("gal.shear", {"g1": 0.0}, "gal.shear: g1: only with type G1G2"),
         ("image.noise", {"sigma": 1e-3, "snr": 30}, "image.noise: give exactly one of"),
         ("inference.precision", "float16", "inference.precision:"),
-        ("inference.map_config.learning_rate", 0.1, "inference.map_config: learning_rate: has no"),
+        (
+            "inference.map_config.learnig_rate",
+            0.1,
+            "inference.map_config.learnig_rate: unknown key",
+        ),
         ("inference.method", "hmc", "inference.method: unknown method 'hmc'"),
         ("inference.map_config.num_steps", 0, "inference.map_config.num_steps: must be >= 1"),
         (

@@ -140,3 +140,38 @@ def test_thresholds_yaml_and_bad_input(tmp_path, campaign):
     assert res.exit_code == 2 and "convergence.rhat_mx: unknown key" in res.output
     res = CliRunner().invoke(bias_extract, ["--input-dir", str(tmp_path / "nope"), "--output", "x"])
     assert res.exit_code == 2 and "--input-dir" in res.output
+
+
+def test_resume_redoes_what_extract_calls_corrupt(campaign, tmp_path, caplog):
+    """One definition of complete: a posterior.nc truncated to 100 bytes is ``corrupt`` to
+    bias-extract, and the same bias-run command run again redoes it (and says so), and
+    only it."""
+    import logging
+    import os
+
+    root = tmp_path / "camp"
+    shutil.copytree(campaign, root)
+    task = root / "task0"
+    rid = "g1_+0.0500_g2_+0.0000_s1"
+    nc = task / rid / "posterior.nc"
+    nc.write_bytes(nc.read_bytes()[:100])
+    res = CliRunner().invoke(bias_extract, ["--input-dir", str(root), "--output", str(tmp_path / "a.csv")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "ok 11, failed 0, incomplete 0, corrupt 1" in res.output
+    row = pd.read_csv(tmp_path / "a.csv").set_index("run_id").loc[rid]
+    assert row["status"] == "corrupt" and "posterior.nc truncated (100 of" in row["reason"]
+
+    others = {p: p.stat().st_mtime_ns for p in task.glob("*/posterior.nc") if p != nc}
+    with caplog.at_level(logging.INFO, logger="shearbatch"):
+        res = CliRunner().invoke(bias_run, [
+            "--config", "configs/level0.yaml", "--shear-grid", *GRID, "--n-realizations", "3",
+            "--batch-size", "16", "--x64", "--no-progress", "--output-dir", str(task),
+        ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"1 corrupt realization(s) under {task} (e.g. {rid}: posterior.nc truncated" in log
+    assert "they are redone" in log and "already complete: 11; to run: 1 in 1 batch(es)" in log
+    assert nc.stat().st_size > 100 and os.path.getsize(nc) == nc.stat().st_size
+    assert {p: p.stat().st_mtime_ns for p in others} == others  # the others are not redone
+    res = CliRunner().invoke(bias_extract, ["--input-dir", str(root), "--output", str(tmp_path / "b.csv")])  # fmt: skip
+    assert "ok 12, failed 0, incomplete 0, corrupt 0" in res.output, res.output

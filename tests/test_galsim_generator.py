@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from shearbatch.cli import bias_run
-from shearbatch.core.generate import simulate
+from shearbatch.core.generators import simulate
 from shearbatch.schema import ConfigError, parse_config
 from shearbatch.spec import problem, run_spec, truth_problem
 

@@ -2,6 +2,8 @@
 physical parameters."""
 
 import json
+import re
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,8 @@ from conftest import write_config
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core.methods.map import MapSettings, laplace
 from shearbatch.core.posterior import posterior_of
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SETTINGS = MapSettings("newton", 200, None, None, 100)
 
@@ -112,9 +116,17 @@ def test_noise_bias_note_only_for_low_snr_joint_modes():
     low = pd.DataFrame({"estimate": ["mode"] * 4, "snr": [14.0, 15.0, 16.0, 200.0]})
     note = noise_bias_note(low)
     assert note is not None and note["median_snr"] == 15.5
-    assert abs(note["expected_order"] - 15.5**-2) < 1e-12 and "S/N 15" in note["message"]
+    assert abs(note["expected_order"] - 15.5**-2) < 1e-12 and "S/N 15.5" in note["message"]
     assert noise_bias_note(low.assign(snr=2 * NOISE_BIAS_SNR)) is None
     marginal = noise_bias_note(low.assign(estimate="mean"))
     assert marginal is not None and marginal["expected_order"] is None
     assert "NUTS" in marginal["message"] and "--method map" in marginal["message"]
     assert noise_bias_note(low.assign(estimate="mean", snr=2 * NOISE_BIAS_SNR)) is None
+    # no measured number in library code: each note names the page and section holding
+    # the published values, and that section exists
+    for msg in (note["message"], marginal["message"]):
+        refs = re.findall(r"(docs/[\w/]+\.md), '([^']+)'", msg)
+        assert refs and not re.search(r"m1? = [-+]?0\.\d", msg), msg
+        for page, section in refs:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / page).read_text(), re.M)
+            assert section in headings, (page, section)

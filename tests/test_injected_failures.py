@@ -21,7 +21,7 @@ from conftest import write_config
 from shearbatch import engine
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_extract, bias_run, bias_stats
-from shearbatch.core.generate import simulate
+from shearbatch.core.generators import simulate
 from shearbatch.io import read_json, read_posterior
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec

@@ -5,7 +5,7 @@ Moffat PSF sheared by e_psf = (0.05, 0); paired +-0.02 in g1, MAP. A model that 
 the PSF ellipticity gives c1 consistent with zero; the same campaign with the model
 told a round PSF (the data's PSF in ``simulation.psf``) must detect c1 > 0 (the PSF's
 elongation read as shear). Tolerances are the campaign's own (bootstrap) errors.
-The full-size campaigns are results/validation/psf_anisotropy (README).
+The full-size campaigns are results/validation/psf_anisotropy (docs/validation.md).
 """
 
 from __future__ import annotations

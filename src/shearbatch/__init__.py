@@ -8,13 +8,9 @@ Notebook API (imported on first use, so ``import shearbatch`` stays light):
 summary table, m and c, per-realization posteriors); see :mod:`shearbatch.api`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("shearbatch")
-except PackageNotFoundError:  # pragma: no cover - source tree without install
-    __version__ = "0.0.0+unknown"
+from ._version import __version__
 
 __all__ = ["Campaign", "__version__", "open_campaign", "run"]
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .campaign import Realization, make_batches
 from .core import flags as fl
 from .core.batching import (
@@ -36,7 +36,8 @@ from .core.batching import (
     realization_keys,
 )
 from .core.checks import chi2_fn, misfit
-from .core.generate import FIELDS, SimBatch, simulate
+from .core.generate import FIELDS, SimBatch
+from .core.generators import simulate
 from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
 from .core.posterior import build_posterior

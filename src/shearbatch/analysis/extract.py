@@ -35,7 +35,6 @@ the defaults are ``bias-run``'s). ``flags`` lists every flag by name,
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import multiprocessing
@@ -49,7 +48,7 @@ import numpy as np
 
 from ..core import flags as fl
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
-from ..io import CONVERGENCE, POSTERIOR, TRUTH, find_realization_dirs
+from ..io import POSTERIOR, find_realization_dirs, inspect_realization
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -160,12 +159,9 @@ def read_realization(
         row["status"], row["reason"] = status, reason
         return row
 
-    truth: dict[str, Any] = {}
-    if (d / TRUTH).is_file():
-        try:
-            truth = json.loads((d / TRUTH).read_text())
-        except (OSError, ValueError) as err:
-            return done("corrupt", f"truth.json unreadable: {err}")
+    ins = inspect_realization(d)  # the one definition of complete, shared with the resume
+    truth = ins.truth or {}
+    if truth:
         row["g1_true"], row["g2_true"], row["seed"] = (
             truth.get("g1"),
             truth.get("g2"),
@@ -178,26 +174,16 @@ def read_realization(
             row["rotation"], row["n_rotations"] = rot.get("index"), rot.get("n_rotations")
         if "truth_from_prior" in truth:
             row["truth_from_prior"] = bool(truth["truth_from_prior"])
-    if not (d / CONVERGENCE).is_file():
-        return done("incomplete", "convergence.json missing (interrupted)")
-    try:
-        conv = json.loads((d / CONVERGENCE).read_text())
-        if not isinstance(conv, dict):
-            raise ValueError("not a mapping")
-    except (OSError, ValueError) as err:
-        return done("corrupt", f"convergence.json unreadable: {err}")
-    row["method"] = conv.get("method")
-    row["config_hash"], row["precision"] = conv.get("config_hash"), conv.get("precision")
-    batch = conv.get("batch")
-    row["batch_size"] = batch.get("size") if isinstance(batch, Mapping) else None
-    row["runtime_s"] = conv.get("runtime_s")
-    row["flags"] = "|".join(conv.get("flag_names") or [])
-    if conv.get("status") != "ok":
-        return done("failed", str(conv.get("reason") or f"status {conv.get('status')!r}"))
-    if not truth:
-        return done("incomplete", "truth.json missing")
-    if not (d / POSTERIOR).is_file():
-        return done("incomplete", "posterior.nc missing")
+    conv = ins.convergence
+    if conv is not None:
+        row["method"] = conv.get("method")
+        row["config_hash"], row["precision"] = conv.get("config_hash"), conv.get("precision")
+        batch = conv.get("batch")
+        row["batch_size"] = batch.get("size") if isinstance(batch, Mapping) else None
+        row["runtime_s"] = conv.get("runtime_s")
+        row["flags"] = "|".join(conv.get("flag_names") or [])
+    if ins.status != "done" or conv is None:
+        return done("incomplete" if ins.status == "absent" else ins.status, ins.reason)
     try:
         row.update(_posterior_columns(d / POSTERIOR, truth))
     except Exception as err:  # netCDF4/HDF5 raise many types for a damaged file

@@ -206,7 +206,10 @@ def config_with_flags(data: Mapping[str, Any], kw: RunOptions | Mapping[str, Any
     the file is refused even where a flag would override it), or :class:`PlanError` naming
     the flag, in one line."""
     from ..schema import ConfigError, parse_config
+    from ..schema.dialect import drop_ignored
 
+    if isinstance(data, dict):  # SHINE keys without effect: dropped once, one warning each
+        data = drop_ignored(data)
     parse_config(dict(data))  # the file alone first: its own errors name its keys
     over = overrides(kw)
     try:

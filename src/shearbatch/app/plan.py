@@ -240,6 +240,13 @@ def plan_run(kw: RunOptions) -> Plan:
         logger.warning("%d complete realization(s) under %s were computed with other "
                        "campaign-defining settings (e.g. %s); they are redone", len(other),
                        output_dir, other[0])  # fmt: skip
+    if bad := [k for k, v in status.items() if v in ("corrupt", "incomplete")]:
+        from ..io import inspect_realization
+
+        why = inspect_realization(output_dir / bad[0]).reason
+        kinds = sorted({status[k] for k in bad})
+        logger.warning("%d %s realization(s) under %s (e.g. %s: %s); they are redone",
+                       len(bad), " or ".join(kinds), output_dir, bad[0], why)  # fmt: skip
     todo = [r for r in mine if kw.overwrite or status[r.run_id] != "done"]
     return Plan(
         cfg=cfg,

@@ -177,7 +177,7 @@ def _example(*lines: str) -> str:
 def _version_message() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    from .. import __version__
+    from .._version import __version__
 
     def v(pkg: str) -> str:
         try:

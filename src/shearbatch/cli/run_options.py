@@ -12,7 +12,7 @@ from .options import _help, _version_option
 
 _X64_HELP = (
     "Precision of generation and inference: --x64 float64 (set once per run by shearbatch.runtime), --no-x64 float32 "
-    "(faster, half the memory; measured safe for MAP from S/N 15 to 1.2e5, see README)."
+    "(faster, half the memory; measured safe for MAP from S/N 15 to 1.2e5, see docs/validation.md)."
 )
 _CACHE_HELP = (
     "Directory of JAX's persistent compilation cache, so later runs and SLURM array tasks "

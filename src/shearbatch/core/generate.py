@@ -169,12 +169,12 @@ def simulate(
 ) -> SimBatch:
     """Truth and noisy stamps for realizations with ``seeds`` and true shears ``g``
     (optionally ring copies: ``quarters`` of a turn of the shapes, noise ``streams``):
-    images have shape (B, M, H, W). ``problem.renderer == "galsim"``: the same truths
-    and noise, stamps drawn by GalSim (:mod:`shearbatch.core.galsim_generator`)."""
-    if problem.renderer == "galsim":
-        from .galsim_generator import simulate_galsim
-
-        return simulate_galsim(problem, seeds, g, quarters, streams)
+    images have shape (B, M, H, W). The JAX generator: a problem for another renderer
+    goes through :func:`shearbatch.core.generators.simulate`."""
+    if problem.renderer != "jax":
+        raise ValueError(
+            f"renderer {problem.renderer!r}: draw with shearbatch.core.generators.simulate"
+        )
     n = len(seeds)
     seeds_a = jnp.asarray(seeds, dtype=jnp.uint32)
     g_a = jnp.asarray(g, dtype=jnp.result_type(float))

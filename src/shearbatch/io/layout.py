@@ -4,8 +4,9 @@
 ``convergence.json``. Every file is written to a temporary name
 (``.<name>.<host>.<pid>.<random>.tmp``) in the same directory and renamed into place;
 ``convergence.json`` is written last (and removed first when a directory is
-redone), so a directory holding a readable one is complete. Nothing else in
-the package knows these names.
+redone). What "complete" means is :func:`inspect_realization`, the one definition
+that the resume of ``bias-run`` and ``bias-extract`` share. Nothing else in the
+package knows these names.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "CONVERGENCE",
     "FILES",
     "POSTERIOR",
     "TRUTH",
+    "Inspection",
     "find_realization_dirs",
+    "inspect_realization",
+    "netcdf_problem",
     "realization_status",
 ]
 
@@ -29,29 +33,111 @@ POSTERIOR, TRUTH, CONVERGENCE = "posterior.nc", "truth.json", "convergence.json"
 FILES = (TRUTH, POSTERIOR, CONVERGENCE)
 
 
+class Inspection(NamedTuple):
+    """What a realization directory holds, by the one definition of "complete" that the
+    resume of ``bias-run`` and ``bias-extract`` share (:func:`inspect_realization`)."""
+
+    status: str
+    """``"done"``, ``"failed"``, ``"incomplete"``, ``"corrupt"`` or ``"absent"``."""
+    reason: str
+    """Why it is not done (empty when done)."""
+    truth: dict[str, Any] | None
+    """``truth.json``, parsed (None when missing or unreadable)."""
+    convergence: dict[str, Any] | None
+    """``convergence.json``, parsed (None when missing or unreadable)."""
+
+
+_HDF5 = b"\x89HDF\r\n\x1a\n"
+
+
+def netcdf_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a whole netCDF file, from its size and header alone (no full
+    read: microseconds), or None. netCDF-4 files are HDF5 files whose superblock records
+    the end-of-file address, so a truncated file is told by its size; a netCDF classic
+    file is only checked for its signature."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            head = fh.read(96)
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    if head[:3] == b"CDF" and len(head) >= 4 and head[3] in (1, 2, 5):
+        return None
+    if not head.startswith(_HDF5):
+        return f"not a netCDF file (no HDF5 or CDF signature; {size} bytes)"
+    version = head[8] if len(head) > 8 else -1
+    if version in (0, 1):  # offsets' size at byte 13; base address after 24 (v1: 28) bytes
+        so, base_at = (head[13] if len(head) > 13 else 0), 24 + 4 * version
+    elif version in (2, 3):  # offsets' size at byte 9; base address at byte 12
+        so, base_at = (head[9] if len(head) > 9 else 0), 12
+    else:
+        return f"truncated or unknown HDF5 superblock (version {version}; {size} bytes)"
+    eof_at = base_at + 2 * so  # base, free-space/extension, end-of-file addresses
+    if so not in (2, 4, 8) or len(head) < eof_at + so:
+        return f"truncated ({size} bytes)"
+    base = int.from_bytes(head[base_at : base_at + so], "little")
+    eof = int.from_bytes(head[eof_at : eof_at + so], "little")
+    if size < base + eof:
+        return f"truncated ({size} of {base + eof} bytes)"
+    return None
+
+
+def _json(path: Path) -> dict[str, Any]:
+    rec = json.loads(path.read_text())
+    if not isinstance(rec, dict):
+        raise ValueError("not a mapping")
+    return rec
+
+
+def inspect_realization(directory: str | Path) -> Inspection:
+    """The state of one realization directory: ``absent``; ``corrupt`` (a file exists but
+    is unreadable: a JSON file that does not parse, a ``posterior.nc`` whose size or header
+    is wrong); ``incomplete`` (a file is missing: ``convergence.json`` is written last, so
+    a directory without it was interrupted); ``failed`` (``convergence.json`` says so);
+    ``done`` (status ok and all three files whole). Cheap: the two small JSON files are
+    parsed, the posterior only has its size and header checked (:func:`netcdf_problem`).
+    ``bias-run`` redoes anything not ``done`` or ``failed``; ``bias-extract`` reads only
+    what is ``done`` and reports the rest with the same status and reason."""
+    d = Path(directory)
+    if not d.is_dir():
+        return Inspection("absent", "no directory", None, None)
+    truth = conv = None
+    if (d / TRUTH).is_file():
+        try:
+            truth = _json(d / TRUTH)
+        except (OSError, ValueError) as err:
+            return Inspection("corrupt", f"truth.json unreadable: {err}", None, None)
+    if not (d / CONVERGENCE).is_file():
+        return Inspection("incomplete", "convergence.json missing (interrupted)", truth, None)
+    try:
+        conv = _json(d / CONVERGENCE)
+    except (OSError, ValueError) as err:
+        return Inspection("corrupt", f"convergence.json unreadable: {err}", truth, None)
+    if conv.get("status") != "ok":
+        why = str(conv.get("reason") or f"status {conv.get('status')!r}")
+        return Inspection("failed", why, truth, conv)
+    if truth is None:
+        return Inspection("incomplete", "truth.json missing", truth, conv)
+    if not (d / POSTERIOR).is_file():
+        return Inspection("incomplete", "posterior.nc missing", truth, conv)
+    if problem := netcdf_problem(d / POSTERIOR):
+        return Inspection("corrupt", f"posterior.nc {problem}", truth, conv)
+    return Inspection("done", "", truth, conv)
+
+
 def realization_status(
     output_dir: str | Path, run_id: str, expect: Mapping[str, Any] | None = None
 ) -> str:
-    """``"done"`` (complete, status ok), ``"failed"``, ``"incomplete"``, ``"absent"``, or
-    ``"other"``: complete, but its ``convergence.json`` records a campaign-defining
-    setting (a key of ``expect``: config hash, method, precision) with another value, so
-    it is not this campaign's result and a resume redoes it."""
-    d = Path(output_dir) / run_id
-    if not d.exists():
-        return "absent"
-    conv = d / CONVERGENCE
-    if not conv.is_file():
-        return "incomplete"
-    try:
-        rec = json.loads(conv.read_text())
-        status = rec.get("status")
-    except (OSError, ValueError, AttributeError):
-        return "incomplete"
-    if expect and any(rec.get(k) is not None and rec[k] != v for k, v in expect.items()):
+    """:func:`inspect_realization`'s status (``"done"``, ``"failed"``, ``"incomplete"``,
+    ``"corrupt"``, ``"absent"``), or ``"other"``: its ``convergence.json`` records a
+    campaign-defining setting (a key of ``expect``: config hash, method, precision) with
+    another value, so it is not this campaign's result and a resume redoes it."""
+    ins = inspect_realization(Path(output_dir) / run_id)
+    rec = ins.convergence
+    if expect and rec and any(rec.get(k) is not None and rec[k] != v for k, v in expect.items()):
         return "other"
-    if status == "ok" and (d / POSTERIOR).is_file() and (d / TRUTH).is_file():
-        return "done"
-    return "failed" if status == "failed" else "incomplete"
+    return ins.status
 
 
 def find_realization_dirs(root: str | Path) -> list[Path]:

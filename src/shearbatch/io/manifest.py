@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from .writer import to_strict_json
 
 __all__ = [

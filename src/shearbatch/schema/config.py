@@ -35,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from .dialect import drop_ignored
 from .distributions import (
     DIST_TYPES,
     Count,
@@ -594,9 +595,13 @@ def _format_error(err: ValidationError, prefix: str | None = None) -> str:
 
 
 def parse_config(raw: Any, *, prefix: str | None = None) -> Config:
-    """Validate a mapping (already parsed YAML) into a :class:`Config`."""
+    """Validate a mapping (already parsed YAML) into a :class:`Config`.
+
+    Keys of the SHINE dialect that have no effect here are dropped first, each with one
+    warning (:mod:`shearbatch.schema.dialect`); every other unknown key is an error."""
     if not isinstance(raw, dict):
         raise ConfigError("config: top level must be a mapping")
+    raw = drop_ignored(raw)
     try:
         return Config.model_validate(raw)
     except ConfigError:

@@ -172,6 +172,14 @@ def as_param(v: Any) -> Any:
             raise ValueError(f"must be a number or a distribution mapping, got {v!r}") from None
     if isinstance(v, dict):
         if "type" not in v:
+            params = {k for m in (Normal, LogNormal, Uniform, TruncatedNormal, Fixed)
+                      for k in m.model_fields}  # fmt: skip
+            unknown = sorted(str(k) for k in v if k not in params)
+            if unknown:  # a typo, not a forgotten type: name the key
+                raise ValueError(
+                    f"{unknown[0]}: unknown key (a number, or a distribution with 'type': "
+                    f"one of {', '.join(DIST_TYPES)})"
+                )
             raise ValueError(f"a distribution needs 'type' (one of {', '.join(DIST_TYPES)})")
         if v["type"] not in (*DIST_TYPES, "Fixed"):
             raise ValueError(

@@ -71,7 +71,7 @@ class NutsConfig(_Strict):
     # A cap on the sampling phase's tree depth. Lanes run in lockstep, so every
     # vectorised iteration costs the deepest tree of the batch; a cap never biases
     # NUTS (it stays a valid MCMC kernel), it can only lower ESS, which the
-    # convergence thresholds check. See README "NUTS on large batches".
+    # convergence thresholds check. See docs/design.md, "NUTS on large batches".
     max_tree_depth_sampling: Count | None = None
     """[doublings] Tree-depth cap of the sampling phase (null: max_tree_depth); 3 for big batches."""
     # False: keep the initial inverse mass matrix (the Laplace covariance with
@@ -106,7 +106,7 @@ class Inference(_Strict):
     method: str = DEFAULT_METHOD
     """A registered method: map (MAP + Laplace), vi, nuts (--method)."""
     # float64 is the default: at high S/N float32 rounding is not negligible against the
-    # noise (README "Precision"); --x64 / --no-x64 override it
+    # noise (docs/statistics.md, "Precision"); --x64 / --no-x64 override it
     precision: Literal["float64", "float32"] = "float64"
     """Generation and inference dtype (--x64 / --no-x64)."""
     map_config: MapConfig = MapConfig()

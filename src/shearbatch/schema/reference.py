@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from .config import Config
+from .dialect import IGNORED
 from .distributions import DIST_TYPES, Fixed, LogNormal, Normal, TruncatedNormal, Uniform
 
 __all__ = ["describe", "reference_markdown", "undocumented"]
@@ -168,6 +169,13 @@ def reference_markdown() -> str:
               "`half_light_radius: {type: LogNormal, mean: 0.5, sigma: 0.1}`.", ""]  # fmt: skip
     for d in _DISTS:
         lines += [f"### `{d.__name__}`", "", *_table(d), ""]
+    lines += ["## SHINE keys that load and are ignored", "",
+              "Keys of SHINE's own configs that have no effect here load with one warning "
+              "each, naming the key and why, and are ignored (`shearbatch.schema.dialect`); "
+              "any other unknown key is an error.", "",
+              "| key | why it has no effect |", "|---|---|"]  # fmt: skip
+    for rule in IGNORED:
+        lines.append(f"| `{'.'.join(rule.path)}` | {rule.why({})} |")
     return "\n".join(lines).rstrip() + "\n"
 
 

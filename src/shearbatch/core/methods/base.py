@@ -32,9 +32,9 @@ __all__ = ["Diagnosis", "Draws", "Method"]
 class Draws(NamedTuple):
     """One realization's result (a batch of them under ``batched``).
 
-    samples: {site: (chain, draw, *shape)} constrained draws;
-    stats: {name: (chain, draw)} per-draw statistics (written as ``sample_stats``);
-    mode: {site: shape} the posterior point the method centres on (the MAP for
+    samples: ``{site: (chain, draw, *shape)}`` constrained draws;
+    stats: ``{name: (chain, draw)}`` per-draw statistics (written as ``sample_stats``);
+    mode: ``{site: shape}`` the posterior point the method centres on (the MAP for
     MAP-initialised methods), constrained;
     info: method-specific arrays for its ``diagnose`` / ``batch_report``.
     """

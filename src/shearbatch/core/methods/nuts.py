@@ -216,7 +216,7 @@ def batch_report(draws: Draws, settings: NutsSettings) -> dict[str, Any]:
         rep["hint"] = (
             f"sampling tree depth: median {q50}, p90 {q90}, p99 {q99}; every lane waits for "
             "the deepest: capping inference.nuts_config.max_tree_depth_sampling bounds that "
-            "cost (README: NUTS on large batches)"
+            "cost (docs/design.md: NUTS on large batches)"
         )
     return rep
 
