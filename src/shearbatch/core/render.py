@@ -513,13 +513,17 @@ def draw_galaxy(
         if dflux is not None:
             weights.append(jnp.asarray(dflux, dtype))
             grids.append(unit)
-        # one product-sum over the bases; its transpose (the gradient) is one reduction of
-        # the cotangent against each basis, which XLA fuses with the basis' computation
-        # (a stacked (K, grid) basis contracted in one einsum is slower: it is written out)
-        tangent = jnp.zeros_like(primal)
+        # one product-sum over the bases, in real arithmetic: its transpose (the gradient)
+        # is one real reduction of the cotangent's real and imaginary parts against each
+        # basis', which XLA fuses with the basis' computation (a complex product-sum
+        # transposes to complex reductions, ~30% slower at Level 2's 16x16 Moffat stamps;
+        # a stacked (K, grid) basis contracted by one einsum is written out: slower still)
+        re = jnp.zeros(primal.shape, dtype)
+        im = jnp.zeros(primal.shape, dtype)
         for g, w in zip(grids, weights, strict=True):
-            tangent = tangent + g * w
-        return primal, tangent
+            re = re + jnp.real(g) * w
+            im = im + jnp.imag(g) * w
+        return primal, jax.lax.complex(re, im)
 
     spectrum_of.defjvp(spectrum_jvp, symbolic_zeros=True)
     zero = jnp.zeros((), dtype)
