@@ -12,6 +12,15 @@ Hankel table) and ``moffat_trunc`` (the same truncated at 3 FWHM). Compile time 
 ``results/benchmarks/render.json``::
 
     .venv/bin/python bench/bench_render.py
+
+Then the cost of derivatives per stamp (``cost_per_stamp``), float64, for stamps of
+``--cost-stamps`` (16, 32, 48) with the ``gaussian`` and ``moffat`` PSFs, at the period
+the noise rule chooses for ``configs/survey_snr30.yaml`` with that stamp and PSF
+(:func:`shearbatch.core.period.choose_fft_size`; ``fft_size_default`` beside it): the
+forward pass, ``value_and_grad`` of the summed Gaussian loss and a forward-mode Jacobian
+in the 8 parameters (``jacfwd``, what a Gauss-Newton step needs), each in us per stamp
+(a jitted ``vmap`` over ``--cost-batch`` stamps, median of ``--repeats``), and their
+ratios to the forward pass.
 """
 
 from __future__ import annotations
@@ -101,10 +110,77 @@ def build(mode: str, chunk: int | None, stamp: int, psf: str = "gaussian"):
     return jax.jit(chunked)
 
 
+def chosen_period(stamp: int, psf: str) -> tuple[int, int]:
+    """(period the noise rule picks, renderer default) for configs/survey_snr30.yaml with
+    this stamp and PSF (the bench's PSFs)."""
+    import yaml
+
+    from shearbatch import spec
+    from shearbatch.core.period import default_fft_size
+    from shearbatch.schema import parse_config
+
+    raw = yaml.safe_load((h.ROOT / "configs" / "survey_snr30.yaml").read_text())
+    raw["image"].update(size_x=stamp, size_y=stamp)
+    kw = PSFS[psf]
+    if kw.get("psf_profile") == "moffat":
+        raw["psf"] = {"type": "Moffat", "beta": kw["psf_beta"], "fwhm": kw["psf_fwhm"],
+                      "e1": kw["psf_e1"], "e2": kw["psf_e2"]}  # fmt: skip
+        if "psf_trunc" in kw:
+            raw["psf"]["trunc"] = kw["psf_trunc"]
+    else:
+        raw["psf"] = {"type": "Gaussian", "sigma": kw["psf_sigma"],
+                      "e1": kw.get("psf_e1", 0.0), "e2": kw.get("psf_e2", 0.0)}  # fmt: skip
+    problem = spec.problem(parse_config(raw))
+    return problem.image.fft_size, default_fft_size(problem._replace(
+        image=problem.image._replace(fft_size=None)))  # fmt: skip
+
+
+def cost_per_stamp(stamp: int, psf: str, fft_size: int, batch: int, repeats: int) -> dict:
+    """Forward, value_and_grad and jacfwd (8 parameters) per stamp, float64, in us."""
+    import jax
+    import jax.numpy as jnp
+
+    from shearbatch.render import draw_galaxy
+
+    names = ("flux", "half_light_radius", "e1", "e2", "g1", "g2")
+
+    def one(x):  # x: the 8 parameters of one stamp
+        kw = dict(zip(names, x[:6], strict=True))
+        return draw_galaxy(**kw, offset=x[6:8], **PSFS[psf], nx=stamp, ny=stamp, scale=SCALE,
+                           fft_size=fft_size)  # fmt: skip
+
+    def stacked(p):
+        return jnp.concatenate([jnp.stack([p[k] for k in names], axis=1), p["offset"]], axis=1)
+
+    x = stacked(make_params(batch, "float64"))
+    fwd = jax.jit(jax.vmap(one))
+    data = fwd(stacked(make_params(batch, "float64", seed=1)))
+    vg = jax.jit(jax.value_and_grad(lambda x, d: 0.5 * jnp.sum((jax.vmap(one)(x) - d) ** 2)))
+    jf = jax.jit(jax.vmap(jax.jacfwd(one)))
+    us = {}
+    for mode, fn, args in (("forward", fwd, (x,)), ("value_and_grad", vg, (x, data)),
+                           ("jacfwd", jf, (x,))):  # fmt: skip
+        _, times, _ = h.time_calls(fn, args, repeats)
+        us[mode] = 1e6 * h.median(times) / batch
+    return {"stamp": stamp, "psf": psf, "fft_size": fft_size, "batch": batch,
+            "forward_us": us["forward"], "value_and_grad_us": us["value_and_grad"],
+            "jacfwd_us": us["jacfwd"], "ratio_value_and_grad": us["value_and_grad"] / us["forward"],
+            "ratio_jacfwd": us["jacfwd"] / us["forward"]}  # fmt: skip
+
+
 def draw(fig, rec: dict) -> None:
-    """Stamps per second of the faster batching per PSF, dtype and mode (the PNG beside
-    the JSON)."""
-    ax = fig.subplots()
+    """Stamps per second of the faster batching per PSF, dtype and mode, and the cost of
+    derivatives per stamp over the forward pass (the PNG beside the JSON)."""
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    for psf in dict.fromkeys(r["psf"] for r in rec.get("cost_per_stamp", [])):
+        rows = [r for r in rec["cost_per_stamp"] if r["psf"] == psf]
+        xs = [r["stamp"] for r in rows]
+        ax2.plot(xs, [r["ratio_value_and_grad"] for r in rows], "o-", label=f"{psf} value+grad")
+        ax2.plot(xs, [r["ratio_jacfwd"] for r in rows], "s--", label=f"{psf} jacfwd (8)")
+    ax2.axhline(3.0, color="grey", lw=0.8, ls=":")
+    ax2.set_xlabel("stamp side (pixels), period as chosen")
+    ax2.set_ylabel("time / forward pass (float64)")
+    ax2.legend(fontsize=6)
     best: dict[tuple[str, str, str], float] = {}
     for r in rec["results"]:
         key = (r["psf"], r["dtype"], r["mode"])
@@ -131,6 +207,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dtypes", nargs="+", choices=["float32", "float64"],
                     default=["float32", "float64"])  # fmt: skip
     ap.add_argument("--psfs", nargs="+", choices=sorted(PSFS), default=list(PSFS))
+    ap.add_argument("--cost-stamps", nargs="+", type=int, default=[16, 32, 48],
+                    help="stamp sides of the per-stamp derivative cost (float64)")  # fmt: skip
+    ap.add_argument("--cost-batch", type=int, default=32, help="stamps per timed call there")
     args = ap.parse_args(argv)
     if args.batch % args.chunk:
         ap.error("--batch must be a multiple of --chunk")
@@ -160,6 +239,18 @@ def main(argv: list[str] | None = None) -> dict:
                            "stamps_per_s": args.batch / median, "times_s": times}  # fmt: skip
                     results.append(row)
                     table.row(psf, row["dtype"], mode, batching, row["stamps_per_s"], 1e3 * median)
+    cost = []
+    ctable = h.Table([("stamp", "5d"), ("psf", "9s"), ("period", "6d"), ("fwd us", "8.1f"),
+                      ("v+g us", "8.1f"), ("ratio", "6.2f"), ("jacfwd us", "9.1f"),
+                      ("ratio", "6.2f")])  # fmt: skip
+    for stamp in args.cost_stamps:
+        for psf in ("gaussian", "moffat"):
+            n, default = chosen_period(stamp, psf)
+            row = cost_per_stamp(stamp, psf, n, args.cost_batch, args.repeats)
+            row["fft_size_default"] = default
+            cost.append(row)
+            ctable.row(stamp, psf, n, row["forward_us"], row["value_and_grad_us"],
+                       row["ratio_value_and_grad"], row["jacfwd_us"], row["ratio_jacfwd"])  # fmt: skip
     report = {
         "benchmark": "render.draw_galaxy, jit(vmap) over a batch",
         "batch": args.batch,
@@ -174,6 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
         "load_average_1m": info["load_average_start"][0],
         "settings": h.settings(args),
         "results": results,
+        "cost_per_stamp": cost,
     }
     return h.write_json(report, args.out, draw=draw)
 

@@ -82,10 +82,13 @@ def run_bench(name, tmp_path, *args, alias=None, skip=None):
 def test_render(tmp_path):
     rec = run_bench("render", tmp_path, "--batch", "4", "--chunk", "2", "--stamp", "16",
                     "--repeats", "2", "--dtypes", "float32", "--psfs", "gaussian", "moffat",
-                    skip=".psfs")  # fmt: skip
+                    "--cost-stamps", "16", "--cost-batch", "2", skip=".psfs")  # fmt: skip
     assert len(rec["results"]) == 8 and rec["stamp"] == [16, 16]
     assert {r["psf"] for r in rec["results"]} == {"gaussian", "moffat"}
     assert all(r["stamps_per_s"] > 0 and len(r["times_s"]) == 2 for r in rec["results"])
+    cost = rec["cost_per_stamp"]
+    assert [(r["stamp"], r["psf"]) for r in cost] == [(16, "gaussian"), (16, "moffat")]
+    assert all(16 <= r["fft_size"] <= r["fft_size_default"] for r in cost)
 
 
 def test_map(tmp_path):

@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from conftest import write_config
+from shearbatch import spec
 from shearbatch.io import read_posterior
+from shearbatch.schema import load_config
 
 BIN = Path(sys.executable).parent
 SMALL = {"image.size_x": 16, "image.size_y": 16}
@@ -64,6 +66,10 @@ def test_manifest_records_the_campaign(done, cfg):
     assert len(man["config_hash"]) == 16 and man["config"]["image"]["size_x"] == 16
     assert man["plan"]["shear_grid"] == [0.01, 0.02] and man["plan"]["n_planned"] == 4
     assert man["plan"]["base_seed"] == 0 and len(man["plan"]["run_ids"]) == 4
+    # the renderer period as run (chosen from the noise: the config leaves it null)
+    period = spec.run_spec(load_config(cfg)).model.image.fft_size
+    assert man["config"]["image"]["fft_size"] is None
+    assert man["plan"]["fft_size"] == {"model": period, "truth": period}
     assert set(man["versions"]) == {"shearbatch", "jax", "jaxlib", "numpyro", "arviz"}
     assert all(man["versions"].values())
     assert man["device"]["count"] >= 1 and man["device"]["kind"]

@@ -8,7 +8,9 @@ The renderer, generator, model and inference methods take these NamedTuples
   unit disk) (``fixed``: value; ``normal``: mean, sigma; ``lognormal``:
   median, log-space sigma; ``uniform``: min, max; ``truncnormal``: mean, sigma,
   min, max with -inf/inf for an open side).
-- :class:`Problem`: one realization's image geometry, PSF, galaxy fields
+- :class:`Problem`: one realization's image geometry (``image.fft_size``: the config's,
+  or when it is null the renderer period chosen from the pixel noise,
+  :mod:`shearbatch.core.period`), PSF, galaxy fields
   (``flux, hlr, e1, e2, dx, dy``: priors or fixed values), the shear prior and
   the pixel noise. :func:`problem` gives the model's view, :func:`truth_problem`
   the generator's (``simulation`` overrides merged in, its ``renderer`` and, for
@@ -179,11 +181,23 @@ def problem(cfg: Config) -> Problem:
         noise_sigma=1.0,
     )
     if im.noise.sigma is not None:
-        return out._replace(noise_sigma=float(im.noise.sigma))
-    from .core.snr import reference_signal
+        out = out._replace(noise_sigma=float(im.noise.sigma))
+    else:
+        from .core.snr import reference_signal
 
-    sigma = reference_signal(out) / float(im.noise.snr)
-    return out._replace(noise_sigma=float(f"{sigma:.6g}"))
+        sigma = reference_signal(out) / float(im.noise.snr)  # at the default period
+        out = out._replace(noise_sigma=float(f"{sigma:.6g}"))
+    return _with_period(out)
+
+
+def _with_period(p: Problem) -> Problem:
+    """``p`` with ``image.fft_size`` chosen from the pixel noise when the config leaves it
+    null (:func:`shearbatch.core.period.choose_fft_size`)."""
+    if p.image.fft_size is not None:
+        return p
+    from .core.period import choose_fft_size
+
+    return p._replace(image=p.image._replace(fft_size=choose_fft_size(p)))
 
 
 def truth_problem(cfg: Config) -> Problem:
@@ -199,7 +213,8 @@ def truth_problem(cfg: Config) -> Problem:
         args = (float(gal.n),)
     elif gal.type == "BulgeDisk":
         args = (float(gal.bulge_fraction), float(gal.bulge_hlr_ratio))
-    return problem(cfg)._replace(
+    model = problem(cfg)
+    out = model._replace(
         psf=_psf(truth),
         profile=gal.type.lower(),
         fields=_fields(truth),
@@ -207,6 +222,9 @@ def truth_problem(cfg: Config) -> Problem:
         profile_args=args,
         renderer=cfg.simulation.renderer,
     )
+    if cfg.image.fft_size is None:  # the truth's own period (its PSF and galaxies may differ)
+        out = _with_period(out._replace(image=out.image._replace(fft_size=None)))
+    return out
 
 
 def run_spec(cfg: Config) -> RunSpec:

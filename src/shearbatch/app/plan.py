@@ -229,6 +229,8 @@ def plan_run(kw: RunOptions) -> Plan:
         "n_realizations": 1 if single else camp.n_realizations,
         "base_seed": plan[0].seed if single else camp.base_seed,
         "paired": camp.paired and not single,
+        # the renderer's FFT period in pixels (image.fft_size, or chosen from the noise)
+        "fft_size": {"model": spec.model.image.fft_size, "truth": spec.truth.image.fft_size},
     }
     mine = cp.array_slice(plan, task_id, task_count)
     # lanes of the compiled program: the campaign's, never this task's share or what is

@@ -170,3 +170,32 @@ def psf_kwargs(psf) -> dict:
     if psf.profile == "moffat":
         return {**kw, "psf_fwhm": psf.fwhm, "psf_beta": psf.beta, "psf_trunc": psf.trunc}
     return {**kw, "psf_sigma": psf.sigma}
+
+
+def moffat_ft_slope(q2: jax.Array, table: MoffatTable) -> tuple[jax.Array, jax.Array]:
+    r""":func:`moffat_ft` and its derivative in :math:`q^2`, from the same four table reads.
+
+    The cubic's slope in :math:`t` (the position within the table step),
+    :math:`dv/dt = 6tu(f_1 - f_0) + u(1 - 3t)\,d_0 + t(3t - 2)\,d_1` with :math:`u = 1 - t`,
+    times :math:`dt/dq^2 = 1/(2 h q)`; 0 at :math:`q = 0` (as :func:`moffat_ft`'s own
+    derivative there) and beyond the table. What the renderer's derivatives use: a JVP
+    through the interpolation costs about three times the value, this about 1.3.
+    """
+    dtype = q2.dtype
+    pos = q2 > 0
+    q = jnp.where(pos, jnp.sqrt(jnp.where(pos, q2, 1.0)), 0.0)
+    n = table.values.size
+    x = q * (1.0 / table.h)
+    i = jnp.clip(jnp.floor(x), 0, n - 2)
+    t = jnp.clip(x - i, 0.0, 1.0)
+    i = i.astype(jnp.int32)
+    f = jnp.asarray(table.values, dtype)
+    d = jnp.asarray(table.slopes * table.h, dtype)
+    f0, f1, d0, d1 = f[i], f[i + 1], d[i], d[i + 1]
+    t2 = t * t
+    u = 1.0 - t
+    value = (1.0 + 2.0 * t) * u * u * f0 + t * u * u * d0 + t2 * (3.0 - 2.0 * t) * f1 - t2 * u * d1
+    dv_dt = 6.0 * t * u * (f1 - f0) + u * (1.0 - 3.0 * t) * d0 + t * (3.0 * t - 2.0) * d1
+    inside = x <= n - 1
+    slope = jnp.where(pos & inside, dv_dt / (2.0 * table.h * jnp.where(pos, q, 1.0)), 0.0)
+    return jnp.where(inside, value, 0.0), slope

@@ -119,7 +119,7 @@ class Image(_Strict):
     n_objects: Count = 1
     """[count] Galaxies per stamp, each with its own latents and one shared shear."""
     fft_size: int | None = None
-    """[pixels] FFT grid of the renderer, a power of 2 >= the stamp (null: 2 x the stamp, rounded up)."""
+    """[pixels] FFT period of the renderer, a power of 2 >= the stamp. null: chosen from the pixel noise, the smallest 2^a or 3 x 2^a >= the stamp at which 99% of the galaxies the priors draw render within 1e-3 sigma_noise of every pixel at a period twice as large, at most the generous default (2 x the stamp rounded up, more for a Moffat's wings); the period used is recorded in campaign.json and convergence.json (plan fft_size). Example: 32"""
     noise: Noise
     """Pixel noise (section image.noise)."""
 
