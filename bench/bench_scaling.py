@@ -62,11 +62,13 @@ def measure(raw: dict, b: int, repeats: int, dense: bool = False) -> dict[str, A
     plan = plan_campaign([0.02], n_realizations=b, base_seed=0)
     sim = generate(spec, plan)
     keys = realization_keys([r.seed for r in plan], spec.rng_seed)
-    if dense:  # the same method with jax.hessian's dense Hessian
+    if dense:  # the same method with jax.hessian's dense Hessian and dense linear algebra
         import shearbatch.engine as engine
 
         real = engine.build_posterior
-        engine.build_posterior = lambda p: build_posterior(p)._replace(hessian=jax.hessian)
+        engine.build_posterior = lambda p: build_posterior(p)._replace(
+            hessian=jax.hessian, layout=None
+        )
         try:
             _, prog = inference_program(spec)
         finally:

@@ -45,16 +45,19 @@ from numpyro.handlers import seed, substitute, trace
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import log_density, potential_energy
 
+from .arrow import Layout
 from .model import SHEAR_SITES, make_model
 from .priors import prior_mean
 
-__all__ = ["Posterior", "arrow_hessian", "build_posterior", "posterior_of"]
+__all__ = ["Posterior", "arrow_hessian", "arrow_layout", "build_posterior", "posterior_of"]
 
 
 class Posterior(NamedTuple):
     """potential_fn(x, obs) -> scalar (with the Jacobian); mode_fn(x, obs) -> scalar
     (without); constrain_fn(x) -> {site: value}; x0: (D,) initial point;
-    sites: {site: shape}; model: the NumPyro model; hessian(f) -> (x, obs) -> (D, D)."""
+    sites: {site: shape}; model: the NumPyro model; hessian(f) -> (x, obs) -> (D, D) (dense:
+    tests and benchmarks); layout: where the block-arrow Hessian's blocks sit
+    (:class:`shearbatch.core.arrow.Layout`; None: not block-arrow, the dense algebra)."""
 
     potential_fn: Callable[[jax.Array, jax.Array], jax.Array]
     mode_fn: Callable[[jax.Array, jax.Array], jax.Array]
@@ -63,6 +66,7 @@ class Posterior(NamedTuple):
     sites: dict[str, tuple[int, ...]]
     model: Callable[..., Any]
     hessian: Callable[[Callable], Callable] = jax.hessian
+    layout: Layout | None = None
 
 
 def build_posterior(problem) -> Posterior:
@@ -72,7 +76,10 @@ def build_posterior(problem) -> Posterior:
     dummy = jax.ShapeDtypeStruct((im.n_objects, im.ny, im.nx), jnp.result_type(float))
     priors = dict(zip(SHEAR_SITES, problem.shear, strict=True)) | problem.fields._asdict()
     post = posterior_of(make_model(problem), dummy, {k: prior_mean(p) for k, p in priors.items()})
-    return post._replace(hessian=arrow_hessian(post.x0, post.sites, im.n_objects))
+    return post._replace(
+        hessian=arrow_hessian(post.x0, post.sites, im.n_objects),
+        layout=arrow_layout(post.x0, post.sites, im.n_objects),
+    )
 
 
 def _layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):
@@ -92,6 +99,22 @@ def _layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):
     if len(colour) != x0.shape[0]:
         return None
     return np.asarray(colour), np.asarray(galaxy)
+
+
+def arrow_layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int) -> Layout | None:
+    """Where the blocks of the block-arrow Hessian of M galaxies sharing a shear sit in
+    the flat vector (:mod:`shearbatch.core.arrow`); None when ``sites`` are not that
+    layout (then :func:`shearbatch.core.arrow.dense_layout` applies)."""
+    lay = _layout(x0, sites, m)
+    if lay is None or not np.any(lay[1] >= 0):
+        return None
+    colour, galaxy = lay
+    shared = np.flatnonzero(galaxy < 0)
+    per = colour[galaxy >= 0]
+    local_colour = np.unique(per)  # one colour per galaxy site, in flat order
+    local = np.stack([np.flatnonzero((colour == c) & (galaxy >= 0)) for c in local_colour], 1)
+    # local[j, s]: galaxy j's latent of site s (sites store their M values in galaxy order)
+    return Layout(shared, local, colour[shared], local_colour, int(colour.max()) + 1)
 
 
 def arrow_hessian(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):

@@ -1,0 +1,136 @@
+"""Cost per galaxy of MAP + Laplace vs the galaxies per realization M, and its lockstep.
+
+The inference step alone (``shearbatch.engine.inference_program``, the compiled batched
+program ``bias-run`` runs, with its lane chunk), on ``configs/level2.yaml``'s population
+(16x16 stamps; flux, size, shape and offset free per galaxy: 2 + 6 M latents):
+
+1. galaxies/s post-compile, compiled program MiB (XLA ``memory_analysis``) and MiB per
+   galaxy-lane, Newton steps and the lockstep efficiency (steps each lane needed / steps
+   its chunk ran) vs M (``--ms``, default 1 8 32 128) at batch ``--batch`` (8) and the
+   method's CPU chunk (``--chunk``, default: MAP's ``cpu_chunk``);
+2. the same at M = ``--m-fixed`` (32) vs the chunk width (``--chunks``, 1 2 4 8): what the
+   lockstep costs and what vectorising the lanes gains.
+
+Times are medians of ``--repeats`` calls on a shared machine (load average in the JSON).
+Prints the figures and writes ``results/benchmarks/cost.json`` and ``cost.png``::
+
+    .venv/bin/python bench/bench_cost.py [--ms 1 8 32 128] [--batch 8] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+import _harness as h
+from bench_scaling import memory_mib
+
+
+def config(m: int) -> dict[str, Any]:
+    raw = yaml.safe_load((h.ROOT / "configs" / "level2.yaml").read_text())
+    raw["image"]["n_objects"] = m
+    raw["inference"]["method"] = "map"
+    return raw
+
+
+def measure(m: int, b: int, chunk: int | None, repeats: int) -> dict[str, Any]:
+    import jax
+    import numpy as np
+
+    from shearbatch.campaign import plan_campaign
+    from shearbatch.core.batching import chunk_width, realization_keys
+    from shearbatch.engine import generate, inference_program
+    from shearbatch.schema import parse_config
+    from shearbatch.spec import run_spec
+
+    spec = run_spec(parse_config(config(m)))
+    plan = plan_campaign([0.02], n_realizations=b, base_seed=0)
+    sim = generate(spec, plan)
+    keys = realization_keys([r.seed for r in plan], spec.rng_seed)
+    method, prog = inference_program(spec, chunk=chunk)
+    compiled, compile_s = h.compile_aot(prog, keys, sim.images)
+    first, times, out = h.time_calls(compiled, (keys, sim.images), repeats)
+    width = chunk_width(b, chunk) or b
+    rep = method.batch_report(jax.tree.map(np.asarray, out), lockstep=width)
+    med = h.median(times)
+    mib = memory_mib(compiled)
+    dec = np.asarray(out.info["decrement"])
+    return {"M": m, "B": b, "chunk": width, "latents": 2 + 6 * m, "compile_s": compile_s,
+            "first_s": first, "median_s": med, "all_s": times, "galaxies_per_s": b * m / med,
+            "program_mib": mib, "mib_per_galaxy_lane": None if mib is None else mib / (b * m),
+            "lockstep_efficiency": rep["lockstep_efficiency"],
+            "newton_steps": np.asarray(out.info["n_steps"]).tolist(),
+            "all_converged": bool(np.all(dec <= 1e-4))}  # fmt: skip
+
+
+def draw(fig, res: dict) -> None:
+    ax = fig.subplots(1, 3)
+    rows = res["vs_m"]
+    ms = [r["M"] for r in rows]
+    ax[0].loglog(ms, [r["galaxies_per_s"] for r in rows], "o-")
+    ax[0].set(xlabel="galaxies per realization M", ylabel="galaxies / s (post-compile)",
+              title=f"MAP + Laplace, B = {rows[0]['B']}, chunk {rows[0]['chunk']}")  # fmt: skip
+    if rows[0]["mib_per_galaxy_lane"] is not None:
+        ax[1].semilogx(ms, [r["mib_per_galaxy_lane"] for r in rows], "s-")
+        ax[1].set_ylim(bottom=0)
+    ax[1].set(xlabel="M", ylabel="program MiB / (B M)", title="memory per galaxy-lane")
+    rows = res["vs_chunk"]
+    cs = [r["chunk"] for r in rows]
+    ax[2].plot(cs, [r["lockstep_efficiency"] for r in rows], "o-", label="lockstep efficiency")
+    best = max(r["galaxies_per_s"] for r in rows)
+    ax[2].plot(cs, [r["galaxies_per_s"] / best for r in rows], "s--", label="galaxies/s / best")
+    ax[2].set(xlabel="lanes per chunk", ylim=(0, 1.05),
+              title=f"vs chunk (M = {rows[0]['M']}, B = {rows[0]['B']})")  # fmt: skip
+    ax[2].set_xscale("log", base=2)
+    for a in ax:
+        a.grid(alpha=0.3, which="both")
+    ax[2].legend(fontsize=7)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = h.parser(__doc__, "cost", repeats=3)
+    ap.add_argument("--ms", type=int, nargs="+", default=[1, 8, 32, 128])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--chunk", type=int, default=None, help="default: MAP's cpu_chunk")
+    ap.add_argument("--m-fixed", type=int, default=32, help="M of the chunk scan")
+    ap.add_argument("--chunks", type=int, nargs="*", default=[1, 2, 4, 8])
+    args = ap.parse_args(argv)
+    h.configure(True)
+    from shearbatch.engine import lane_chunk_for
+    from shearbatch.schema import parse_config
+    from shearbatch.spec import run_spec
+
+    chunk = args.chunk or lane_chunk_for("auto", run_spec(parse_config(config(1))))
+    res: dict[str, Any] = {**h.provenance("float64"), "settings": h.settings(args)}
+    h.banner(res)
+    cols = [("M", "5d"), ("B", "4d"), ("chunk", "6d"), ("gal/s", "9.1f"), ("MiB", "8.1f"),
+            ("MiB/gal", "8.3f"), ("lockstep", "9.3f"), ("steps_max", "9d"),
+            ("compile_s", "9.1f")]  # fmt: skip
+
+    def row(t, r):
+        t.row(r["M"], r["B"], r["chunk"], r["galaxies_per_s"], r["program_mib"] or 0.0,
+              r["mib_per_galaxy_lane"] or 0.0, r["lockstep_efficiency"],
+              max(r["newton_steps"]), r["compile_s"])  # fmt: skip
+
+    print(f"MAP + Laplace vs M (B = {args.batch}, chunk {chunk}):")
+    t = h.Table(cols)
+    res["vs_m"] = []
+    for m in args.ms:
+        res["vs_m"].append(r := measure(m, args.batch, chunk, args.repeats))
+        row(t, r)
+    print(f"MAP + Laplace vs chunk (M = {args.m_fixed}, B = {args.batch}):")
+    t = h.Table(cols)
+    res["vs_chunk"] = []
+    for c in args.chunks:
+        res["vs_chunk"].append(r := measure(args.m_fixed, args.batch, c, args.repeats))
+        row(t, r)
+    by_m = {r["M"]: r["galaxies_per_s"] for r in res["vs_m"]}
+    if 8 in by_m and max(by_m) > 8:
+        res["ratio_largest_m_to_m8"] = by_m[max(by_m)] / by_m[8]
+        print(f"galaxies/s at M = {max(by_m)} / at M = 8: {res['ratio_largest_m_to_m8']:.2f}")
+    return h.write_json(res, args.out, draw)
+
+
+if __name__ == "__main__":
+    main()
