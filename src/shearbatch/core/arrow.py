@@ -56,6 +56,8 @@ __all__ = [
     "blocks_fn",
     "dense_layout",
     "factor",
+    "fallback",
+    "gauss_newton_blocks_fn",
     "log_det",
     "merge",
     "newton_direction",
@@ -138,10 +140,7 @@ def blocks_fn(f: Callable, layout: Layout) -> Callable[[jax.Array, jax.Array], A
 
         return dense
     grad = jax.grad(f)
-    colour = np.full(layout.size, -1)
-    colour[layout.shared] = layout.shared_colour
-    colour[layout.local] = layout.local_colour[None, :]
-    tangents = np.eye(layout.n_colours)[colour].T  # (colours, D): indicator of each colour
+    tangents = _colour_tangents(layout)
 
     def blocks(x: jax.Array, obs: jax.Array) -> Arrow:
         t = jnp.asarray(tangents, x.dtype)
@@ -152,6 +151,51 @@ def blocks_fn(f: Callable, layout: Layout) -> Callable[[jax.Array, jax.Array], A
         c = jnp.transpose(hv[layout.shared_colour][:, layout.local], (1, 2, 0))
         g = hv[layout.shared_colour][:, layout.shared].T
         return Arrow(_sym(a), c, _sym(g))
+
+    return blocks
+
+
+def _colour_tangents(layout: Layout) -> np.ndarray:
+    colour = np.full(layout.size, -1)
+    colour[layout.shared] = layout.shared_colour
+    colour[layout.local] = layout.local_colour[None, :]
+    return np.eye(layout.n_colours)[colour].T  # (colours, D): indicator of each colour
+
+
+def gauss_newton_blocks_fn(
+    image_fn: Callable, prior_fn: Callable, layout: Layout
+) -> Callable[[jax.Array, jax.Array], Arrow]:
+    """``(x, obs) -> Arrow``: the Gauss-Newton approximation of the Hessian of
+    ``prior_fn(x, obs) + sum (obs - mu(x))^2 / (2 sd^2)`` with ``(mu, sd) =
+    image_fn(x, obs)`` (stamps (M, H, W), stamp j depending on galaxy j's latents and the
+    shared ones only): J^T W J + the prior part's exact Hessian.
+
+    J comes from one forward-mode Jacobian-vector product of the M stamps per colour
+    (``ns + k`` whatever M): the product with ``sum_j e_(j, s)`` is, in stamp j, the
+    derivative of stamp j by galaxy j's latent s; with a shared latent's unit vector,
+    every stamp's derivative by it. J^T W J drops the residual's curvature term
+    (sum_p r_p d^2 mu_p / dx^2 / sd^2, zero-mean noise at the mode), so it is positive
+    semi-definite and costs forward passes, not the reverse-over-forward products of
+    the exact Hessian.
+    """
+    if layout.n_colours is None:
+        raise ValueError("Gauss-Newton needs the block layout of M galaxies")
+    tangents = _colour_tangents(layout)
+    prior_blocks = blocks_fn(prior_fn, layout)
+
+    def blocks(x: jax.Array, obs: jax.Array) -> Arrow:
+        t = jnp.asarray(tangents, x.dtype)
+        mu, sd = image_fn(x, obs)
+        jr = jax.vmap(lambda v: jax.jvp(lambda y: image_fn(y, obs)[0], (x,), (v,))[1])(t)
+        m = mu.shape[0]
+        jr = jr.reshape(jr.shape[0], m, -1)  # (colours, M, pixels)
+        w = (1.0 / (sd * sd)).reshape(m, -1)
+        jl, js = jr[layout.local_colour], jr[layout.shared_colour]  # (k | ns, M, pixels)
+        a = jnp.einsum("sjp,tjp,jp->jst", jl, jl, w)
+        c = jnp.einsum("sjp,ijp,jp->jsi", jl, js, w)
+        g = jnp.einsum("ijp,ljp,jp->il", js, js, w)
+        p = prior_blocks(x, obs)
+        return Arrow(a + p.A, c + p.C, g + p.G)
 
     return blocks
 

@@ -17,7 +17,7 @@ __all__ = ["Inference", "MapConfig", "MapInit", "NutsConfig", "ViConfig"]
 class MapConfig(_Strict):
     """The MAP fit: used by ``method: map``, and for the Laplace start of NUTS and VI."""
 
-    optimizer: Literal["newton", "lbfgs", "adam"] = "newton"
+    optimizer: Literal["newton", "gauss_newton", "lbfgs", "adam"] = "newton"
     """Damped Newton with the exact Hessian (default), L-BFGS or Adam (large models)."""
     num_steps: Count = 200
     """[iterations] Optimiser steps at most."""
