@@ -157,3 +157,59 @@ def test_an_indefinite_galaxy_block_still_gives_a_descent_direction(m):
     np.testing.assert_allclose(-slope, float(dec), rtol=1e-10)
     # and Cholesky reports the matrix is not positive definite (no Laplace width)
     assert not bool(arrow.factor(bad)[1])
+
+
+# --------------------------------------------------------------------------- Gauss-Newton
+
+
+@pytest.fixture(scope="module")
+def level1_m2():
+    spec = spec_for(2)
+    post = build_posterior(spec.model)
+    obs = generate(spec, plan_campaign([0.02], n_realizations=1, base_seed=3)).images[0]
+    return post, obs
+
+
+def test_gauss_newton_blocks_are_jtwj_plus_the_prior_hessian(level1_m2):
+    """The likelihood split (mode_fn = prior part + Gaussian pixel term) and the blocks
+    against the dense J^T W J (jax.jacfwd of the stamps) + jax.hessian of the prior part."""
+    post, obs = level1_m2
+    x = post.x0 + 0.1 * jax.random.normal(jax.random.PRNGKey(2), post.x0.shape)
+
+    @jax.jit
+    def run(x, obs):
+        mu, sd = post.image_fn(x, obs)
+        chi2 = 0.5 * jnp.sum(((obs - mu) / sd) ** 2) + jnp.sum(jnp.log(sd))
+        const = 0.5 * np.log(2 * np.pi) * obs.size
+        split = {name: (post.prior_part(f)(x, obs) + chi2 + const - f(x, obs), f(x, obs))
+                 for name, f in (("mode", post.mode_fn), ("pot", post.potential_fn))}  # fmt: skip
+        jac = jax.jacfwd(lambda y: post.image_fn(y, obs)[0].reshape(-1))(x)  # (P, D)
+        w = (1.0 / sd**2).reshape(-1)
+        dense = jac.T @ (w[:, None] * jac) + jax.hessian(post.prior_mode_fn)(x, obs)
+        gn = arrow.gauss_newton_blocks_fn(post.image_fn, post.prior_mode_fn, post.layout)
+        return split, dense, arrow.to_dense(gn(x, obs), post.layout)
+
+    split, dense, got = run(x, obs)
+    for name, (err, value) in split.items():
+        assert abs(float(err)) < 1e-12 * abs(float(value)), name
+    dense = np.asarray(dense)
+    np.testing.assert_allclose(
+        np.asarray(got), 0.5 * (dense + dense.T), rtol=0, atol=1e-10 * np.abs(dense).max()
+    )
+
+
+def test_gauss_newton_finds_the_newton_mode(level1_m2):
+    """Same mode to the convergence tolerance (decrement <= 1e-10: sqrt(2e-10) sd), same
+    Laplace width (the exact Hessian at the mode), in fewer steps."""
+    post, obs = level1_m2
+    laps = {}
+    for opt in ("newton", "gauss_newton"):
+        settings = map_.MapSettings(opt, 200, None, None, 10)
+        laps[opt] = jax.jit(lambda o, s=settings: map_.laplace(o, post, s))(obs)
+    new, gn = laps["newton"], laps["gauss_newton"]
+    for lap in (new, gn):
+        assert bool(lap.ok) and bool(lap.opt.converged) and float(lap.decrement) <= 1e-10
+    sd = np.asarray(new.std)
+    assert np.max(np.abs(np.asarray(gn.opt.x) - np.asarray(new.opt.x)) / sd) < 2 * np.sqrt(2e-10)
+    np.testing.assert_allclose(np.asarray(gn.std), sd, rtol=1e-4)
+    assert int(gn.opt.n_steps) <= int(new.opt.n_steps)

@@ -178,10 +178,18 @@ def gauss_newton_blocks_fn(
     semi-definite and costs forward passes, not the reverse-over-forward products of
     the exact Hessian.
     """
-    if layout.n_colours is None:
-        raise ValueError("Gauss-Newton needs the block layout of M galaxies")
-    tangents = _colour_tangents(layout)
     prior_blocks = blocks_fn(prior_fn, layout)
+    if layout.n_colours is None:  # dense (no per-galaxy latents): J by forward mode, D tangents
+
+        def dense(x: jax.Array, obs: jax.Array) -> Arrow:
+            _, sd = image_fn(x, obs)
+            jac = jax.jacfwd(lambda y: image_fn(y, obs)[0].reshape(-1))(x)  # (pixels, D)
+            w = (1.0 / (sd * sd)).reshape(-1)
+            p = prior_blocks(x, obs)
+            return p._replace(G=p.G + jac.T @ (w[:, None] * jac))
+
+        return dense
+    tangents = _colour_tangents(layout)
 
     def blocks(x: jax.Array, obs: jax.Array) -> Arrow:
         t = jnp.asarray(tangents, x.dtype)

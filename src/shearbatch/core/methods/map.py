@@ -16,9 +16,17 @@ bounded prior's latent elsewhere: measured m = -0.02 at S/N 30 with a
 U(-0.9, 0.9) shear prior.)
 
 The written posterior is ``num_samples`` draws of N(x*, Sigma), mapped to the
-constrained space. Draws come in antithetic pairs (x* + L^-T eps, x* - L^-T eps
-with H = L L^T), so the draw mean of every unconstrained latent (g1, g2 among
-them) equals the mode exactly and the draw std estimates the Laplace width.
+constrained space. Draws come in antithetic pairs (x* + F eps, x* - F eps with
+F F^T = H^-1, from the block LDL^T factors of :mod:`shearbatch.core.arrow`), so the
+draw mean of every unconstrained latent (g1, g2 among them) equals the mode exactly
+and the draw std estimates the Laplace width.
+
+The Hessian of M galaxies sharing a shear is kept as its blocks (per galaxy, shear,
+couplings: :mod:`shearbatch.core.arrow`); the Newton direction, decrement, log det and
+draws are computed by block elimination, O(M) time and memory per realization.
+``optimizer: gauss_newton`` replaces the exact Hessian by J^T W J of the stamps (forward
+mode) plus the prior's exact Hessian while far from the mode, then takes exact Newton
+steps to the tolerance; the Laplace width is always the exact Hessian's.
 
 The optimiser stops per realization when the relative decrease of U in one
 step falls below ``tol`` (|U_k - U_{k+1}| <= tol max(1, |U_{k+1}|)) or after
@@ -249,12 +257,10 @@ GN_SWITCH = 1e-2
 
 def _gauss_newton_blocks(model, objective, layout: arrow.Layout):
     """The Gauss-Newton blocks of ``objective`` for ``model`` (None where they do not
-    apply: no Gaussian pixel likelihood, or no block layout)."""
+    apply: no Gaussian pixel likelihood; the fit is then exact Newton)."""
     image_fn = getattr(model, "image_fn", None)
     prior = model.prior_part(objective) if image_fn is not None else None
-    if prior is None or layout.n_colours is None:
-        return None
-    return arrow.gauss_newton_blocks_fn(image_fn, prior, layout)
+    return None if prior is None else arrow.gauss_newton_blocks_fn(image_fn, prior, layout)
 
 
 def layout_of(model) -> arrow.Layout:
@@ -275,7 +281,7 @@ def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Lap
     blocks = arrow.blocks_fn(objective, layout)
     x0 = model.x0.astype(obs.dtype)
     gn = _gauss_newton_blocks(model, objective, layout) if settings.optimizer == GN else None
-    if settings.optimizer == "newton" or gn is not None:
+    if settings.optimizer in ("newton", GN):
         fun = functools.partial(lambda x, o: objective(x, o), o=obs)
         tol = default_tol(x0.dtype) if settings.tol is None else settings.tol
         blocks_at = functools.partial(lambda x, o: blocks(x, o), o=obs)
