@@ -8,7 +8,8 @@ program ``bias-run`` runs, with its lane chunk), on ``configs/level2.yaml``'s po
    galaxy-lane, Newton steps and the lockstep efficiency (steps each lane needed / steps
    its chunk ran) vs M (``--ms``, default 1 8 32 128) at batch ``--batch`` (8) and the
    method's CPU chunk (``--chunk``, default: MAP's ``cpu_chunk``);
-   for each ``map_config.optimizer`` of ``--optimizers`` (newton, gauss_newton);
+   for the last ``map_config.optimizer`` of ``--optimizers`` (newton, gauss_newton), the
+   others at M in ``--compare-ms`` (8 32) only;
 2. the same at M = ``--m-fixed`` (32) vs the chunk width (``--chunks``, 1 2 4 8): what the
    lockstep costs and what vectorising the lanes gains (the last optimizer);
 3. the optimizers on other configs as shipped (``--configs``: level0, survey_snr30), and
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--chunks", type=int, nargs="*", default=[1, 2, 4, 8])
     ap.add_argument("--optimizers", nargs="+", default=["newton", "gauss_newton"],
                     help="map_config.optimizer values; the last one is the chunk scan's")  # fmt: skip
+    ap.add_argument("--compare-ms", type=int, nargs="*", default=[8, 32],
+                    help="the M at which every optimizer runs (the others: the last only)")  # fmt: skip
     ap.add_argument("--configs", nargs="*", default=["level0", "survey_snr30"],
                     help="configs/<name>.yaml compared across the optimizers as shipped")  # fmt: skip
     args = ap.parse_args(argv)
@@ -145,12 +148,14 @@ def main(argv: list[str] | None = None) -> dict:
     t = h.Table(cols)
     res["vs_m"] = []
     rows: dict[tuple[str, int], dict] = {}
+    opt0 = args.optimizers[-1]
     for m in args.ms:
         for opt in args.optimizers:
+            if opt != opt0 and m not in args.compare_ms:
+                continue
             res["vs_m"].append(r := measure(config(m, opt), args.batch, chunk, args.repeats))
             rows[(opt, m)] = r
             row(t, r)
-    opt0 = args.optimizers[-1]
     print(f"MAP + Laplace vs chunk (M = {args.m_fixed}, B = {args.batch}, {opt0}):")
     t = h.Table(cols)
     res["vs_chunk"] = []
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
     if len(args.optimizers) == 2:  # the second against the first: time, steps, modes
         a, b = args.optimizers
         res["optimizer_comparison"] = []
-        for key in [*args.ms, *args.configs]:
+        for key in [*(m for m in args.ms if m in args.compare_ms), *args.configs]:
             ra, rb = rows[(a, key)], rows[(b, key)]
             cmp = {"case": str(key), "speedup": rb["galaxies_per_s"] / ra["galaxies_per_s"],
                    f"steps_mean_{a}": sum(ra["newton_steps"]) / len(ra["newton_steps"]),
