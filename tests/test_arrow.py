@@ -27,7 +27,11 @@ def spec_for(m: int):
     return run_spec(parse_config(raw))
 
 
-@pytest.fixture(scope="module", params=[1, 2, 8], ids=lambda m: f"M{m}")
+@pytest.fixture(
+    scope="module",
+    params=[1, 2, pytest.param(8, marks=pytest.mark.slow)],  # M = 8: ~20 s more to compile
+    ids=lambda m: f"M{m}",
+)
 def case(request):
     """One realization of M galaxies: its Laplace fit and, in one compiled program, the
     blocks and jax.hessian's dense Hessian of both objectives at a point x next to the
