@@ -44,7 +44,7 @@ def test_map_of_a_bounded_prior_is_the_analytic_mode():
     assert abs(mode - 0.6) <= 0.3 * np.sqrt(2e-10)
     # the Laplace width mapped to g to first order is the physical width 0.3
     dg_dx = jax.grad(lambda x: post.constrain_fn(x)["g"][()])(lap.opt.x)[0]
-    assert abs(float(dg_dx * lap.scale[0, 0]) - 0.3) < 1e-6
+    assert abs(float(dg_dx * lap.std[0]) - 0.3) < 1e-6
     # the Jacobian-ful potential's minimum (a grid over the unconstrained line) is far away
     xs = jnp.linspace(-3, 3, 6001)[:, None]
     u = jax.vmap(lambda x: post.potential_fn(x, obs))(xs)

@@ -258,7 +258,10 @@ def run_campaign(
             t_infer = time.perf_counter() - t1
             chi2 = np.asarray(check(draws.samples, sim.images))
             report = {"index": ib, "size": batch_size, "n_real": len(batch)}
-            report.update(method.batch_report(draws) if method.batch_report else {})
+            if method.batch_report:  # lanes in lockstep: a chunk, or a device's lanes
+                report.update(method.batch_report(draws, lockstep=width or per_device))
+            if (eff := report.get("lockstep_efficiency")) is not None:
+                logger.info("batch %d: lockstep efficiency %s", ib + 1, eff)
             if hint := report.pop("hint", None):
                 logger.info("batch %d: %s", ib + 1, hint)
             for b, r in enumerate(batch):

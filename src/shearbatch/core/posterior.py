@@ -40,21 +40,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from numpyro.distributions import biject_to
-from numpyro.handlers import seed, substitute, trace
+from numpyro.distributions import Normal, biject_to
+from numpyro.handlers import block, seed, substitute, trace
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import log_density, potential_energy
 
+from .arrow import Layout
 from .model import SHEAR_SITES, make_model
 from .priors import prior_mean
 
-__all__ = ["Posterior", "arrow_hessian", "build_posterior", "posterior_of"]
+#: the observed site of the pixel likelihood (core/model.py)
+LIKELIHOOD_SITE = "obs"
+
+__all__ = [
+    "LIKELIHOOD_SITE",
+    "Posterior",
+    "arrow_hessian",
+    "arrow_layout",
+    "build_posterior",
+    "posterior_of",
+]
 
 
 class Posterior(NamedTuple):
     """potential_fn(x, obs) -> scalar (with the Jacobian); mode_fn(x, obs) -> scalar
     (without); constrain_fn(x) -> {site: value}; x0: (D,) initial point;
-    sites: {site: shape}; model: the NumPyro model; hessian(f) -> (x, obs) -> (D, D)."""
+    sites: {site: shape}; model: the NumPyro model; hessian(f) -> (x, obs) -> (D, D) (dense:
+    tests and benchmarks); layout: where the block-arrow Hessian's blocks sit
+    (:class:`shearbatch.core.arrow.Layout`; None: not block-arrow, the dense algebra)."""
 
     potential_fn: Callable[[jax.Array, jax.Array], jax.Array]
     mode_fn: Callable[[jax.Array, jax.Array], jax.Array]
@@ -63,6 +76,22 @@ class Posterior(NamedTuple):
     sites: dict[str, tuple[int, ...]]
     model: Callable[..., Any]
     hessian: Callable[[Callable], Callable] = jax.hessian
+    layout: Layout | None = None
+    #: (x, obs) -> (mean, sd) of the Gaussian pixel likelihood (site ``obs``), (M, H, W)
+    #: each; None when the model has no such site (Gauss-Newton then does not apply)
+    image_fn: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = None
+    #: mode_fn / potential_fn without that likelihood (priors, support factors and, for
+    #: potential_fn, the transforms' Jacobian): what Gauss-Newton adds exactly
+    prior_mode_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    prior_potential_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+
+    def prior_part(self, objective: Callable) -> Callable | None:
+        """The likelihood-free part of ``objective`` (``mode_fn`` or ``potential_fn``)."""
+        if objective is self.mode_fn:
+            return self.prior_mode_fn
+        if objective is self.potential_fn:
+            return self.prior_potential_fn
+        return None
 
 
 def build_posterior(problem) -> Posterior:
@@ -72,7 +101,10 @@ def build_posterior(problem) -> Posterior:
     dummy = jax.ShapeDtypeStruct((im.n_objects, im.ny, im.nx), jnp.result_type(float))
     priors = dict(zip(SHEAR_SITES, problem.shear, strict=True)) | problem.fields._asdict()
     post = posterior_of(make_model(problem), dummy, {k: prior_mean(p) for k, p in priors.items()})
-    return post._replace(hessian=arrow_hessian(post.x0, post.sites, im.n_objects))
+    return post._replace(
+        hessian=arrow_hessian(post.x0, post.sites, im.n_objects),
+        layout=arrow_layout(post.x0, post.sites, im.n_objects),
+    )
 
 
 def _layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):
@@ -92,6 +124,22 @@ def _layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):
     if len(colour) != x0.shape[0]:
         return None
     return np.asarray(colour), np.asarray(galaxy)
+
+
+def arrow_layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int) -> Layout | None:
+    """Where the blocks of the block-arrow Hessian of M galaxies sharing a shear sit in
+    the flat vector (:mod:`shearbatch.core.arrow`); None when ``sites`` are not that
+    layout (then :func:`shearbatch.core.arrow.dense_layout` applies)."""
+    lay = _layout(x0, sites, m)
+    if lay is None or not np.any(lay[1] >= 0):
+        return None
+    colour, galaxy = lay
+    shared = np.flatnonzero(galaxy < 0)
+    per = colour[galaxy >= 0]
+    local_colour = np.unique(per)  # one colour per galaxy site, in flat order
+    local = np.stack([np.flatnonzero((colour == c) & (galaxy >= 0)) for c in local_colour], 1)
+    # local[j, s]: galaxy j's latent of site s (sites store their M values in galaxy order)
+    return Layout(shared, local, colour[shared], local_colour, int(colour.max()) + 1)
 
 
 def arrow_hessian(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):
@@ -128,12 +176,15 @@ def posterior_of(model, obs: jax.ShapeDtypeStruct, init: dict[str, float]) -> Po
     """The flat-vector posterior of any NumPyro ``model(obs)`` (``obs``: the data's shape and
     dtype); ``init`` gives each latent site's (constrained) starting value."""
     latent: dict[str, tuple[Any, tuple[int, ...]]] = {}
+    gaussian: list[bool] = []
 
     def _trace(obs):  # abstract evaluation only: records each latent site's support and shape
         tr = trace(substitute(seed(model, 0), substitute_fn=init_to_uniform)).get_trace(obs)
         for name, site in tr.items():
             if site["type"] == "sample" and not site["is_observed"]:
                 latent[name] = (site["fn"].support, tuple(jnp.shape(site["value"])))
+        lik = tr.get(LIKELIHOOD_SITE, {}).get("fn")
+        gaussian.append(isinstance(getattr(lik, "base_dist", lik), Normal))
         return jnp.zeros(())
 
     jax.eval_shape(_trace, obs)
@@ -156,4 +207,25 @@ def posterior_of(model, obs: jax.ShapeDtypeStruct, init: dict[str, float]) -> Po
         lp = -log_density(model, (obs,), {}, constrain_fn(x))[0]
         return jnp.where(jnp.isnan(lp), jnp.inf, lp)
 
-    return Posterior(potential_fn, mode_fn, constrain_fn, x0, sites, model)
+    post = Posterior(potential_fn, mode_fn, constrain_fn, x0, sites, model)
+    if not gaussian[0]:
+        return post
+    prior_model = block(model, hide=[LIKELIHOOD_SITE])
+
+    def image_fn(x: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        tr = trace(substitute(model, data=constrain_fn(x))).get_trace(obs)
+        fn = tr[LIKELIHOOD_SITE]["fn"]
+        base = getattr(fn, "base_dist", fn)
+        return base.loc, jnp.broadcast_to(base.scale, jnp.shape(base.loc))
+
+    @jax.jit
+    def prior_potential_fn(x: jax.Array, obs: jax.Array) -> jax.Array:
+        return potential_energy(prior_model, (obs,), {}, unravel(x))
+
+    @jax.jit
+    def prior_mode_fn(x: jax.Array, obs: jax.Array) -> jax.Array:
+        return -log_density(prior_model, (obs,), {}, constrain_fn(x))[0]
+
+    return post._replace(
+        image_fn=image_fn, prior_mode_fn=prior_mode_fn, prior_potential_fn=prior_potential_fn
+    )

@@ -9,9 +9,10 @@ built by a factory from the plain ``inference`` settings:
 - ``diagnose(draws) -> Diagnosis`` for ONE realization's draws (NumPy, after
   the batch is computed): per-draw statistics to store, a JSON-ready
   diagnostics record, and the method's own failure flags;
-- ``batch_report(draws) -> dict`` (optional) for a whole batch of draws:
-  batch-level telemetry such as NUTS's lockstep efficiency, logged by the
-  engine and recorded in every realization's ``convergence.json``.
+- ``batch_report(draws, lockstep=None) -> dict`` (optional) for a whole batch of
+  draws: batch-level telemetry such as the lockstep efficiency of NUTS and MAP
+  (``lockstep``: the lanes that run in one vectorised loop, i.e. the chunk width),
+  logged by the engine and recorded in every realization's ``convergence.json``.
 
 Every method returns the same :class:`Draws`: constrained samples laid out
 ``(chain, draw, ...)`` (MAP and VI have one chain), per-draw statistics
@@ -64,7 +65,7 @@ class Method(NamedTuple):
     name: str
     fit: Callable[[jax.Array, jax.Array, Any], Draws]
     diagnose: Callable[[Draws], Diagnosis]
-    batch_report: Callable[[Draws], dict[str, Any]] | None = None
+    batch_report: Callable[..., dict[str, Any]] | None = None
     #: the per-realization point estimate the method stands for: "mode" (a joint mode,
     #: e.g. MAP: bias-stats then uses g_mode and notes its noise bias) or "mean"
     estimate: str = "mean"

@@ -16,9 +16,17 @@ bounded prior's latent elsewhere: measured m = -0.02 at S/N 30 with a
 U(-0.9, 0.9) shear prior.)
 
 The written posterior is ``num_samples`` draws of N(x*, Sigma), mapped to the
-constrained space. Draws come in antithetic pairs (x* + L^-T eps, x* - L^-T eps
-with H = L L^T), so the draw mean of every unconstrained latent (g1, g2 among
-them) equals the mode exactly and the draw std estimates the Laplace width.
+constrained space. Draws come in antithetic pairs (x* + F eps, x* - F eps with
+F F^T = H^-1, from the block LDL^T factors of :mod:`shearbatch.core.arrow`), so the
+draw mean of every unconstrained latent (g1, g2 among them) equals the mode exactly
+and the draw std estimates the Laplace width.
+
+The Hessian of M galaxies sharing a shear is kept as its blocks (per galaxy, shear,
+couplings: :mod:`shearbatch.core.arrow`); the Newton direction, decrement, log det and
+draws are computed by block elimination, O(M) time and memory per realization.
+``optimizer: gauss_newton`` replaces the exact Hessian by J^T W J of the stamps (forward
+mode) plus the prior's exact Hessian while far from the mode, then takes exact Newton
+steps to the tolerance; the Laplace width is always the exact Hessian's.
 
 The optimiser stops per realization when the relative decrease of U in one
 step falls below ``tol`` (|U_k - U_{k+1}| <= tol max(1, |U_{k+1}|)) or after
@@ -31,17 +39,28 @@ stopping on a summed loss).
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .. import arrow
 from ..flags import flag
 from .base import Diagnosis, Draws, Method
 
-__all__ = ["Laplace", "MapSettings", "OptResult", "default_tol", "laplace", "method", "optimize"]
+__all__ = [
+    "Laplace",
+    "MapSettings",
+    "OptResult",
+    "covariance",
+    "default_tol",
+    "laplace",
+    "layout_of",
+    "method",
+    "optimize",
+]
 
 
 class OptResult(NamedTuple):
@@ -90,38 +109,33 @@ def default_tol(dtype, optimizer: str = "newton") -> float:
 MAX_STEP = 0.5
 
 
-def _newton_step_dir(grad: jax.Array, hess: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Saddle-free Newton direction ``p = -|H|^-1 g`` and the decrement ``g^T |H|^-1 g``.
+def _newton(
+    x0, fun, *, num_steps: int, tol: float, blocks_fn=None, layout: arrow.Layout | None = None
+) -> tuple[OptResult, arrow.Arrow]:
+    """Damped saddle-free Newton with Armijo backtracking; returns the result and the
+    Hessian's blocks at the last iterate (``blocks_fn(x)``, default: the dense Hessian as
+    one block, :func:`shearbatch.core.arrow.dense_layout`).
 
-    ``|H|`` has H's eigenvectors and the absolute values of its eigenvalues
-    (floored at 1e-12 of the largest), so ``p`` is a descent direction even
-    where H is not positive definite.
-    """
-    w, v = jnp.linalg.eigh(0.5 * (hess + hess.T))
-    aw = jnp.abs(w)
-    aw = jnp.maximum(aw, 1e-12 * jnp.max(aw))
-    coef = (v.T @ grad) / aw
-    return -(v @ coef), jnp.sum(coef * (v.T @ grad))
-
-
-def _newton(x0, fun, *, num_steps: int, tol: float, hess_fn=None) -> tuple[OptResult, jax.Array]:
-    """Damped Newton with Armijo backtracking; returns the result and H at the last iterate
-    (``hess_fn(x)``, default ``jax.hessian(fun)``).
-
-    Stops when half the Newton decrement, ``g^T H^-1 g / 2`` (the predicted
-    decrease of U to the optimum, in log-density units), is <= ``tol``.
+    The direction and decrement come from the block LDL^T of the Hessian
+    (:func:`shearbatch.core.arrow.newton_direction`: exact Newton where H is positive
+    definite, a descent direction elsewhere). Stops when half the Newton decrement,
+    ``g^T H^-1 g / 2`` (the predicted decrease of U to the optimum, in log-density
+    units), is <= ``tol``.
     """
     grad_fn = jax.grad(fun)
-    hess_fn = jax.hessian(fun) if hess_fn is None else hess_fn
-    d = x0.shape[0]
+    if layout is None:
+        layout = arrow.dense_layout(x0.shape[0])
+    if blocks_fn is None:
+        blocks_fn = arrow.blocks_fn(lambda x, o: fun(x), layout)
+        blocks_fn = functools.partial(blocks_fn, obs=None)
 
     def cond(c):
         return (c[3] < num_steps) & ~c[4] & jnp.isfinite(c[1])
 
     def body(c):
         x, f, _, i, _, _ = c
-        g, h = grad_fn(x), hess_fn(x)
-        p, dec = _newton_step_dir(g, h)
+        g, h = grad_fn(x), blocks_fn(x)
+        p, dec = arrow.newton_direction(h, g, layout)
         p = p * jnp.minimum(1.0, MAX_STEP / jnp.max(jnp.abs(p)))  # p = 0: MAX_STEP / 0 = inf -> 1
         small = 0.5 * dec <= tol
         slope = jnp.dot(g, p)
@@ -147,13 +161,14 @@ def _newton(x0, fun, *, num_steps: int, tol: float, hess_fn=None) -> tuple[OptRe
         gn = jnp.linalg.norm(g)
         return x_new, f_new, gn, i + 1, small | ~ok, (h, small)
 
+    h0 = jax.eval_shape(blocks_fn, x0)
     init = (
         x0,
         fun(x0),
         jnp.asarray(jnp.inf, x0.dtype),
         jnp.asarray(0),
         jnp.asarray(False),
-        (jnp.zeros((d, d), x0.dtype), jnp.asarray(False)),
+        (jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), h0), jnp.asarray(False)),
     )
     x, f, gn, n, _, (h, converged) = jax.lax.while_loop(cond, body, init)
     return OptResult(x, f, gn, n, converged & jnp.isfinite(f)), h
@@ -216,8 +231,9 @@ def optimize(
 
 class Laplace(NamedTuple):
     opt: OptResult
-    chol: jax.Array  # (D, D) lower Cholesky factor of the Hessian, H = L L^T
-    scale: jax.Array  # (D, D) L^-T: x = x* + L^-T eps has covariance H^-1
+    #: the block LDL^T factors of the Hessian at x* (:class:`shearbatch.core.arrow.Factor`):
+    #: x* + arrow.apply_scale(factor, eps) has covariance H^-1
+    factor: arrow.Factor
     ok: jax.Array  # Hessian finite and positive definite
     decrement: jax.Array  # g^T H^-1 g / 2 at x*: predicted distance to the mode (log density)
     #: |L^-1 g| at x*: the gradient whitened by the Laplace factor, i.e. the length of the
@@ -225,6 +241,32 @@ class Laplace(NamedTuple):
     #: raw |g| scales with the curvature (S/N^2: ~1e-6 from rounding alone at Level 0's S/N
     #: 1e5) and has no stable value; this one means the same at every S/N and precision.
     grad_whitened: jax.Array
+    log_det: jax.Array  # log det H
+    std: jax.Array  # (D,) sqrt diag(H^-1): the Laplace marginal widths
+
+
+#: ``map_config.optimizer`` of the Gauss-Newton fit
+GN = "gauss_newton"
+
+#: Gauss-Newton hands over to exact Newton once half its decrement (the predicted gain
+#: of log density, in the Gauss-Newton metric) is below this: exact Newton then
+#: converges quadratically, where Gauss-Newton would slow to the linear rate the
+#: neglected residual curvature sets
+GN_SWITCH = 1e-2
+
+
+def _gauss_newton_blocks(model, objective, layout: arrow.Layout):
+    """The Gauss-Newton blocks of ``objective`` for ``model`` (None where they do not
+    apply: no Gaussian pixel likelihood; the fit is then exact Newton)."""
+    image_fn = getattr(model, "image_fn", None)
+    prior = model.prior_part(objective) if image_fn is not None else None
+    return None if prior is None else arrow.gauss_newton_blocks_fn(image_fn, prior, layout)
+
+
+def layout_of(model) -> arrow.Layout:
+    """The block layout of ``model``'s Hessian (dense for a posterior without one)."""
+    lay = getattr(model, "layout", None)
+    return arrow.dense_layout(model.x0.shape[0]) if lay is None else lay
 
 
 def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Laplace:
@@ -232,15 +274,29 @@ def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Lap
     :class:`shearbatch.core.posterior.Posterior`). ``objective(x, obs)`` defaults to the
     physical-parameter mode objective ``model.mode_fn``; samplers pass
     ``model.potential_fn`` (the density they sample in x, Jacobian included: its mode is
-    finite even where a bounded latent's physical mode sits on a bound)."""
+    finite even where a bounded latent's physical mode sits on a bound). Every step is
+    O(M) in the number of galaxies (:mod:`shearbatch.core.arrow`)."""
     objective = model.mode_fn if objective is None else objective
-    hessian = model.hessian(objective)  # the model's sparsity-aware Hessian (M galaxies)
+    layout = layout_of(model)
+    blocks = arrow.blocks_fn(objective, layout)
     x0 = model.x0.astype(obs.dtype)
-    if settings.optimizer == "newton":
+    gn = _gauss_newton_blocks(model, objective, layout) if settings.optimizer == GN else None
+    if settings.optimizer in ("newton", GN):
         fun = functools.partial(lambda x, o: objective(x, o), o=obs)
         tol = default_tol(x0.dtype) if settings.tol is None else settings.tol
-        hess_fn = functools.partial(lambda x, o: hessian(x, o), o=obs)
-        opt, hess = _newton(x0, fun, num_steps=settings.num_steps, tol=tol, hess_fn=hess_fn)
+        blocks_at = functools.partial(lambda x, o: blocks(x, o), o=obs)
+        steps, start, n_gn = settings.num_steps, x0, 0
+        if gn is not None:  # Gauss-Newton steps until the predicted gain is small
+            gn_at = functools.partial(lambda x, o: gn(x, o), o=obs)
+            gn_opt, _ = _newton(
+                x0, fun, num_steps=steps, tol=GN_SWITCH, blocks_fn=gn_at, layout=layout
+            )
+            start, n_gn = gn_opt.x, gn_opt.n_steps
+        # exact Newton to the tolerance (a step or two after Gauss-Newton), whose last
+        # Hessian is the Laplace approximation's
+        opt, h = _newton(start, fun, num_steps=steps - n_gn, tol=tol, blocks_fn=blocks_at,
+                         layout=layout)  # fmt: skip
+        opt = opt._replace(n_steps=opt.n_steps + n_gn)
     else:
         opt = optimize(
             x0,
@@ -251,27 +307,32 @@ def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Lap
             learning_rate=settings.learning_rate or 0.1,
             tol=settings.tol,
         )
-        hess = hessian(opt.x, obs)
-    hess = 0.5 * (hess + hess.T)
-    chol = jnp.linalg.cholesky(hess)
-    ok = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.isfinite(hess))
-    eye = jnp.eye(x0.shape[0], dtype=x0.dtype)
-    scale = jax.scipy.linalg.solve_triangular(chol.T, eye, lower=False)  # L^-T
-    w = scale.T @ jax.grad(objective)(opt.x, obs)  # L^-1 g: |w|^2 = g^T H^-1 g
-    return Laplace(opt, chol, scale, ok, 0.5 * jnp.sum(w * w), jnp.sqrt(jnp.sum(w * w)))
+        h = blocks(opt.x, obs)
+    fac, ok = arrow.factor(h)
+    w = arrow.whiten(fac, jax.grad(objective)(opt.x, obs), layout)  # |w|^2 = g^T H^-1 g
+    ww = jnp.sum(w * w)
+    std = jnp.sqrt(arrow.variances(fac, layout))
+    return Laplace(opt, fac, ok, 0.5 * ww, jnp.sqrt(ww), arrow.log_det(fac), std)
+
+
+def covariance(lap: Laplace, layout: arrow.Layout) -> jax.Array:
+    """The dense D x D Laplace covariance H^-1 (tests and small D only)."""
+    eye = jnp.eye(layout.size, dtype=lap.opt.x.dtype)
+    f = jax.vmap(lambda e: arrow.apply_scale(lap.factor, e, layout))(eye).T  # columns F e_i
+    return f @ f.T
 
 
 def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings) -> Draws:
     """MAP + Laplace for ONE realization: ``num_samples`` antithetic Laplace draws."""
     lap = laplace(obs, posterior, settings)
+    layout = layout_of(posterior)
     d = lap.opt.x.shape[0]
-    std = jnp.sqrt(jnp.sum(lap.scale * lap.scale, axis=1))  # sqrt diag(L^-T L^-1)
     half = (settings.num_samples + 1) // 2
     eps = jax.random.normal(rng_key, (half, d), lap.opt.x.dtype)
     eps = jnp.concatenate([eps, -eps], axis=0)[: settings.num_samples]
-    xs = lap.opt.x[None, :] + eps @ lap.scale.T
+    xs = lap.opt.x[None, :] + jax.vmap(lambda e: arrow.apply_scale(lap.factor, e, layout))(eps)
     samples = jax.vmap(posterior.constrain_fn)(xs)
-    log_q = -0.5 * jnp.sum(eps * eps, axis=1) + jnp.sum(jnp.log(jnp.diag(lap.chol)))
+    log_q = -0.5 * jnp.sum(eps * eps, axis=1) + 0.5 * lap.log_det
     info = {
         "potential": lap.opt.potential,
         "grad_norm_whitened": lap.grad_whitened,
@@ -279,7 +340,7 @@ def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings) ->
         "converged": lap.opt.converged,
         "decrement": lap.decrement,
         "laplace_ok": lap.ok,
-        "std": std,
+        "std": lap.std,
     }
     return Draws(
         samples={k: v[None] for k, v in samples.items()},
@@ -326,6 +387,22 @@ def diagnose(draws: Draws) -> Diagnosis:
     return Diagnosis(draws.stats, diag, flags)
 
 
+def batch_report(draws: Draws, lockstep: int | None = None) -> dict[str, Any]:
+    """Lockstep efficiency of a batch: the Newton steps each lane needed / the steps its
+    vectorised loop ran (every lane of a chunk of ``lockstep`` lanes, default the whole
+    batch, runs until the chunk's slowest lane has converged), and the step counts."""
+    n = np.asarray(draws.info["n_steps"]).reshape(-1)
+    group = min(lockstep or n.size, n.size)
+    chunks = [n[i : i + group] for i in range(0, n.size, group)]
+    executed = sum(c.size * int(c.max()) for c in chunks)
+    eff = float(n.sum() / executed) if executed > 0 else 1.0
+    return {
+        "lockstep_efficiency": eff,
+        "lockstep_lanes": group,
+        "newton_steps": {"median": float(np.median(n)), "max": int(n.max())},
+    }
+
+
 def settings_from(inference) -> MapSettings:
     return MapSettings(**inference["map_config"])
 
@@ -335,4 +412,4 @@ def method(inference) -> Method:
     settings = settings_from(inference)
     fit_fn = lambda key, obs, post: fit(key, obs, post, settings)  # noqa: E731
     # chunks of 4 lanes: 1.8-3.1x faster than one vmap on CPU (bench/bench_chunking.py)
-    return Method("map", fit_fn, diagnose, estimate="mode", cpu_chunk=4)
+    return Method("map", fit_fn, diagnose, batch_report, estimate="mode", cpu_chunk=4)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.hmc import hmc
 
+from .. import arrow
 from ..diagnostics import bfmi, ess_bulk, ess_tail, per_site, rhat
 from ..flags import flag
 from . import map as map_
@@ -66,20 +67,27 @@ class NutsSettings(NamedTuple):
 
 
 def _init(obs, model, settings: NutsSettings):
-    """(centre, L, start spread, ok): the affine map x = centre + L z the chains run through.
+    """(centre, scale_fn, start spread, ok): the affine map x = centre + scale_fn(z) the
+    chains run through.
 
-    With ``map_init`` the map is the realization's Laplace fit (L the Cholesky
-    factor of H^-1), so z is approximately N(0, I) whatever the posterior's scale.
+    With ``map_init`` the map is the realization's Laplace fit (scale_fn(z) has
+    covariance H^-1 for z ~ N(0, I), from the Hessian's blocks: O(M) per evaluation,
+    :func:`shearbatch.core.arrow.apply_scale`), so z is approximately N(0, I) whatever
+    the posterior's scale; without it (or where the fit failed) scale_fn(z) = 0.1 z.
     """
-    d = model.x0.shape[0]
     dtype = obs.dtype
-    eye = jnp.eye(d, dtype=dtype)
     x0 = model.x0.astype(dtype)
     if not settings.map_init:
-        return x0, eye, 0.1, jnp.asarray(True)
+        return x0, lambda z: 0.1 * z, 0.1, jnp.asarray(True)
+    layout = map_.layout_of(model)
     lap = map_.laplace(obs, model, settings.map_settings, model.potential_fn)
-    ok = lap.ok & jnp.all(jnp.isfinite(lap.scale))
-    return jnp.where(ok, lap.opt.x, x0), jnp.where(ok, lap.scale, 0.1 * eye), 1.0, ok
+    ok = lap.ok & jnp.all(jnp.isfinite(lap.opt.x))
+    fac = arrow.fallback(lap.factor, ok, 0.1)
+
+    def scale_fn(z):
+        return arrow.apply_scale(fac, z, layout)
+
+    return jnp.where(ok, lap.opt.x, x0), scale_fn, 1.0, ok
 
 
 def run_chains(potential, keys, starts, inv_mass, settings: NutsSettings):
@@ -130,16 +138,16 @@ def run_chains(potential, keys, starts, inv_mass, settings: NutsSettings):
 def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: NutsSettings) -> Draws:
     """``chains`` NUTS samplers on ONE realization."""
     k_init, k_chains = jax.random.split(rng_key)
-    centre, scale, spread, ok = _init(obs, posterior, settings)
+    centre, scale_fn, spread, ok = _init(obs, posterior, settings)
     starts = spread * jax.random.normal(k_init, (settings.chains, centre.shape[0]), obs.dtype)
 
     def potential(z):
-        return posterior.potential_fn(centre + scale @ z, obs)
+        return posterior.potential_fn(centre + scale_fn(z), obs)
 
     (zw, div, nst, step, energy, acc, pot), warm_steps = run_chains(
         potential, jax.random.split(k_chains, settings.chains), starts, None, settings
     )
-    samples = jax.vmap(jax.vmap(lambda w: posterior.constrain_fn(centre + scale @ w)))(zw)
+    samples = jax.vmap(jax.vmap(lambda w: posterior.constrain_fn(centre + scale_fn(w))))(zw)
     depth_used = jnp.ceil(jnp.log2(nst.astype(obs.dtype) + 1.0)).astype(jnp.int32)
     stats = {
         "diverging": div,
@@ -196,19 +204,28 @@ def diagnose(draws: Draws, settings: NutsSettings) -> Diagnosis:
     return Diagnosis(dict(st), diag, flags)
 
 
-def batch_report(draws: Draws, settings: NutsSettings) -> dict[str, Any]:
-    """Lockstep efficiency of the batch (warmup and sampling) and sampling tree depths."""
+def batch_report(
+    draws: Draws, settings: NutsSettings, lockstep: int | None = None
+) -> dict[str, Any]:
+    """Lockstep efficiency of the batch (warmup and sampling) and sampling tree depths;
+    ``lockstep``: realizations whose samplers run in one vectorised loop (a chunk of
+    lanes: :func:`shearbatch.core.batching.batched`), default the whole batch."""
 
-    def lanes(n):  # (B, C, T) per-chain leapfrog counts -> (B * C lanes, T iterations)
+    def eff(n):  # (B, C, T) per-chain leapfrog counts, grouped by chunks of realizations
         n = np.asarray(n)
-        return n.reshape(-1, n.shape[-1])
+        b = n.shape[0]
+        group = min(lockstep or b, b)
+        steps = [n[i : i + group].reshape(-1, n.shape[-1]) for i in range(0, b, group)]
+        useful = sum(float(s.sum()) for s in steps)
+        executed = sum(s.shape[0] * float(s.max(axis=0).sum()) for s in steps)
+        return useful / executed if executed > 0 else 1.0
 
     depth = np.asarray(draws.stats["tree_depth"])
     q50, q90, q99 = (int(v) for v in np.percentile(depth, [50, 90, 99]))
     rep: dict[str, Any] = {
         "lockstep_efficiency": {
-            "warmup": lockstep_efficiency(lanes(draws.info["warmup_n_steps"])),
-            "sampling": lockstep_efficiency(lanes(draws.stats["n_steps"])),
+            "warmup": eff(draws.info["warmup_n_steps"]),
+            "sampling": eff(draws.stats["n_steps"]),
         },
         "sampling_tree_depth_p99": q99,
     }
@@ -247,5 +264,5 @@ def method(inference) -> Method:
         "nuts",
         lambda key, obs, post: fit(key, obs, post, settings),
         lambda draws: diagnose(draws, settings),
-        lambda draws: batch_report(draws, settings),
+        lambda draws, lockstep=None: batch_report(draws, settings, lockstep),
     )

@@ -61,14 +61,15 @@ def _scale_matrix(params: dict[str, jax.Array], guide: str) -> jax.Array:
     return tril + jnp.diag(jnp.exp(params["log_diag"]))
 
 
-def _init_params(lap: map_.Laplace, guide: str) -> dict[str, jax.Array]:
+def _init_params(lap: map_.Laplace, guide: str, layout) -> dict[str, jax.Array]:
     d = lap.opt.x.shape[0]
-    cov = lap.scale @ lap.scale.T
     fallback = 0.1 * jnp.eye(d, dtype=lap.opt.x.dtype)
-    if guide == "normal":
-        sd = jnp.where(lap.ok, jnp.sqrt(jnp.diag(cov)), 0.1)
+    if guide == "normal":  # the Laplace marginal widths, from the Hessian's blocks (O(M))
+        sd = jnp.where(lap.ok, lap.std, 0.1)
         return {"mu": lap.opt.x, "log_sd": jnp.log(sd)}
-    c = jnp.where(lap.ok, jnp.linalg.cholesky(cov), fallback)
+    # the full-rank guide is a dense D x D factor by definition: its start is the dense
+    # Laplace covariance
+    c = jnp.where(lap.ok, jnp.linalg.cholesky(map_.covariance(lap, layout)), fallback)
     c = jnp.where(jnp.all(jnp.isfinite(c)), c, fallback)
     return {"mu": lap.opt.x, "tril": jnp.tril(c, k=-1), "log_diag": jnp.log(jnp.diag(c))}
 
@@ -77,7 +78,7 @@ def fit(rng_key: jax.Array, obs: jax.Array, model, settings: ViSettings) -> Draw
     """VI for ONE realization (``model``: a :class:`~shearbatch.core.posterior.Posterior`)."""
     k_fit, k_draw = jax.random.split(rng_key)
     lap = map_.laplace(obs, model, settings.map_settings, model.potential_fn)
-    params = _init_params(lap, settings.guide)
+    params = _init_params(lap, settings.guide, map_.layout_of(model))
     d = lap.opt.x.shape[0]
     dtype = lap.opt.x.dtype
     potential = jax.vmap(model.potential_fn, in_axes=(0, None))
