@@ -423,7 +423,7 @@ def choose_fft_size(problem) -> int:
     """The period for a config that leaves ``image.fft_size`` null: :func:`noise_fft_size`
     below the renderer's default (cached per problem)."""
     n = noise_fft_size(problem, default_fft_size(problem))
-    logger.info("renderer period %d pixels for %dx%d stamps (noise sigma %.3g; default %d)",
+    logger.debug("renderer period %d pixels for %dx%d stamps (noise sigma %.3g; default %d)",
                 n, problem.image.nx, problem.image.ny, problem.noise_sigma,
                 default_fft_size(problem))  # fmt: skip
     return n
