@@ -54,7 +54,9 @@ the stamp edge is about :math:`\epsilon^3`. A Moffat's power-law wings
 (:math:`r^{-2\beta}`) reach further: the default period is also at least the
 stamp plus the radius where the PSF falls below :math:`10^{-7}` of its centre
 (its truncation radius if smaller), e.g. 128 instead of 96 for a 48x48 stamp
-at 0.263"/px with beta 2.5 and FWHM 0.82". The inverse DFT is a complex FFT
+at 0.263"/px with beta 2.5 and FWHM 0.82". (A campaign whose config leaves
+``image.fft_size`` null renders at a smaller period chosen from its pixel noise,
+:mod:`shearbatch.core.period`; this default is the ceiling.) The inverse DFT is a complex FFT
 along :math:`k_y`, keeping the ``ny`` stamp rows, then a small real matrix
 product along :math:`k_x` for the ``nx`` stamp columns (what ``irfft2`` and a
 crop give, at about half the cost). Against GalSim with converged settings the
