@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
-from conftest import write_config
+from conftest import OPTIMIZER_SD_TOL, max_diff_sd, write_config
 from shearbatch import spec
 from shearbatch.io import read_posterior
 from shearbatch.schema import load_config
@@ -109,7 +108,10 @@ def test_resume_never_counts_another_campaigns_realization(module_tmp, cfg):
 
 def test_batch_size_may_differ_and_convergence_json_reproduces_alone(done, module_tmp):
     """A realization redone at another batch size is recorded with it; a realization's
-    convergence.json alone (config, seed, batch size) reproduces its MAP bit for bit."""
+    convergence.json alone (config, seed, batch size) reproduces its MAP. Run alone it is
+    one lane, not the campaign's two: another compiled program, so the same answer to the
+    optimizer's tolerance in posterior sd, not bit for bit (bit-identity holds at equal
+    lane counts: test_batching, test_engine_map)."""
     rid = "g1_+0.0200_g2_+0.0000_s1"
     conv = json.loads((done / rid / "convergence.json").read_text())
     for key in ("config", "campaign", "versions", "device", "host", "config_hash", "method",
@@ -122,7 +124,7 @@ def test_batch_size_may_differ_and_convergence_json_reproduces_alone(done, modul
     cli("bias-run", "--config", alone, "--g1-true", "0.02", "--seed", conv["seed"], "--run-id",
         rid, "--batch-size", conv["batch_size"], "--output-dir", out, "--no-progress")  # fmt: skip
     a, b = read_posterior(done / rid / "posterior.nc"), read_posterior(out / rid / "posterior.nc")
-    np.testing.assert_array_equal(a["g1"], b["g1"])
+    assert max_diff_sd(b, a) <= OPTIMIZER_SD_TOL
     assert (
         json.loads((out / rid / "convergence.json").read_text())["config_hash"]
         == conv["config_hash"]
