@@ -13,9 +13,12 @@ with ``status`` ``pass`` | ``fail`` | ``inconclusive``; the campaign's
 ``verdict`` is ``FAIL`` if any fails, else ``INCONCLUSIVE`` if any is
 inconclusive, else ``PASS`` (``passed`` is true only for ``PASS``).
 
-- ``|m1|, |m2|, |c1|, |c2|``: ``pass`` when ``|x| + z sigma <= max_abs``,
-  ``fail`` when ``|x| - z sigma > max_abs``, else ``inconclusive`` with the
-  realizations needed. An undefined ``m`` (constant truth in that component)
+- ``|m1|, |m2|, |c1|, |c2|``: ``pass`` when ``|x| + q sigma <= max_abs``,
+  ``fail`` when ``|x| - q sigma > max_abs``, else ``inconclusive`` with the
+  realizations needed; ``q = t_{G-1}(Phi(z))`` is the Student-t quantile for an
+  error estimated from ``G`` seeds (14.0 with 2 seeds at ``z = 2``, 2.07 with 40;
+  :mod:`shearbatch.analysis.verdict`), reported as the criterion's ``quantile``
+  and ``dof``. An undefined ``m`` (constant truth in that component)
   is not a criterion; with both undefined (one shear value only) :func:`analyze`
   refuses the table (``ValueError``: ``bias-stats`` exits 2), and :func:`criteria`
   alone reports ``|m|`` as ``inconclusive``.
@@ -51,7 +54,7 @@ from .stats import (
     pair_table,
     sbc,
 )
-from .verdict import decide, overall
+from .verdict import decide, overall, quantile
 
 __all__ = [
     "ACCEPTANCE",
@@ -287,9 +290,11 @@ def criteria(
                                ("c", f.c, f.c_err, acc["max_abs_c"])):  # fmt: skip
             if x is None:
                 continue  # undefined: not a criterion (both undefined: analyze() refuses)
-            status, need, why = decide(x, err, thr, z, n_used)
-            out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z, n_needed=need,
-                                  error_method=error_label(f), reason=why))  # fmt: skip
+            status, need, why = decide(x, err, thr, z, n_used, f.n_groups)
+            crit = _criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z, n_needed=need,
+                              error_method=error_label(f), reason=why)  # fmt: skip
+            crit.update(quantile=quantile(z, f.n_groups), dof=max(f.n_groups - 1, 0))
+            out.append(crit)
     for comp, levels in cov.items():
         for lev, r in levels.items():
             if "observed" not in r:
