@@ -1421,6 +1421,10 @@ def bias_extract(**kw: Any) -> int:
     if not rows:
         raise _fail(f"--input-dir: no realization directories under {root}")
     ex.write_summary(rows, out)
+    try:
+        pop_path = ex.write_population(rows, ex.population_path(out))
+    except ValueError as err:
+        raise _fail(f"--input-dir: {err}") from None
     counts = ex.status_counts(rows)
     conv = sum(1 for r in rows if r["status"] == "ok" and r.get("passed_convergence"))
     click.echo(
@@ -1429,6 +1433,8 @@ def bias_extract(**kw: Any) -> int:
         + f"; passed convergence {conv} -> {out}"
     )
     click.echo(f"campaign: {prog.line()}")
+    if pop_path is not None:
+        click.echo(f"interim model: per-galaxy draws for bias-stats' pooled fit -> {pop_path}")
     for msg in [*prog.problems, mixed_warning(prog.mixed)]:
         if msg:
             logger.warning("%s", msg)
@@ -1549,7 +1555,7 @@ def bias_stats(**kw: Any) -> int:
 
     import pandas as pd
 
-    from .analysis import acceptance, stats
+    from .analysis import acceptance, extract, stats
     from .analysis.verdict import EXIT_CODES
     from .io import to_strict_json
 
@@ -1587,11 +1593,21 @@ def bias_stats(**kw: Any) -> int:
     except (ValueError, OSError) as err:
         raise _fail(f"--input: cannot read {src}: {err}") from None
     sbc_mode = {None: "auto", True: "on", False: "off"}[kw["sbc"]]
+    population = None
+    pop_path = extract.population_path(src)
+    if pop_path.is_file() and "estimate" in df and (df["estimate"] == "population").any():
+        from .analysis.pooled import load_population
+
+        try:
+            population = load_population(pop_path)
+        except (OSError, ValueError, KeyError) as err:
+            raise _fail(f"--input: population sidecar {pop_path} unreadable: {err}") from None
     try:
         res, fits, use = acceptance.analyze(df, level=kw["level"], estimator=kw["estimator"],
                                             acceptance=acc, sbc_mode=sbc_mode,
                                             n_boot=kw["n_boot"], point=kw["point"],
-                                            weights=kw["weights"])  # fmt: skip
+                                            weights=kw["weights"],
+                                            population=population)  # fmt: skip
     except ValueError as err:
         raise _fail(f"--input: {err}") from None
     out = Path(kw["output_dir"])
@@ -1616,6 +1632,13 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
                f"{res['point_estimate']}, weights {res['weights']}: used {res['n_used']} of "
                f"{res['n_realizations']} realization(s) ({res['n_seeds']} independent seeds); "
                f"excluded: {ex}")  # fmt: skip
+    if pr := res.get("population"):
+        worst = min(p["ess_fraction_min"] for p in pr["grid_points"])
+        coll = sum(p["n_collapsed"] for p in pr["grid_points"])
+        click.echo(f"  population estimator pooled per grid point: {pr['n_galaxies']} galaxies "
+                   f"of {pr['n_seeds']} seeds over {len(pr['grid_points'])} grid point(s); "
+                   f"smallest per-galaxy ESS {worst:.2g} of the draws, {coll} galaxies with "
+                   "collapsed weights at the estimate")  # fmt: skip
     des = res.get("design") or {}
     if des.get("rotations", 1) > 1:
         click.echo(f"  ring design: {des['rotations']} rotations per seed"

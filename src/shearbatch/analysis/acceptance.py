@@ -133,6 +133,8 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
     if not snr.size or np.median(snr) >= NOISE_BIAS_SNR or len(estimates) != 1:
         return None
     med = float(np.median(snr))
+    if estimates == {"population"}:  # the interim model's marginal likelihood: no such note
+        return None
     if estimates != {"mode"}:  # posterior means / medians (NUTS, VI)
         return {"median_snr": med, "expected_order": None,
                 "message": "per-realization posterior means (or medians) of g marginalise the "
@@ -335,8 +337,13 @@ def analyze(
     seed: int = 0,
     point: str = "auto",
     weights: str = "none",
+    population: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Fit], Any]:
     """The whole stage-3 analysis of a summary table.
+
+    ``population`` (:func:`shearbatch.analysis.pooled.load_population`): for an
+    interim-model campaign, m and c come from the population estimator pooled per grid
+    point (:mod:`shearbatch.analysis.pooled`) instead of per-realization estimates.
 
     Returns ``(results, fits, usable)``: the JSON-ready ``bias_results`` dict,
     the :class:`Fit` per component and the usable rows. Raises ``ValueError``
@@ -374,8 +381,16 @@ def analyze(
         raise ValueError(f"unknown estimator {estimator!r}; use regression, paired or auto")
     design = design_report(use)
     ring, _ = complete_rings(use)
-    fits = {c: fit_component(use[ring].reset_index(drop=True), c, estimator, n_boot, seed,
-                             point=point, weights=weights) for c in ("g1", "g2")}  # fmt: skip
+    pooled = None
+    if population is not None and "estimate" in use and set(use["estimate"]) == {"population"}:
+        from .pooled import pooled_fits
+
+        fits, pooled = pooled_fits(use[ring].reset_index(drop=True), population,
+                                   estimator == "paired")  # fmt: skip
+        estimator = f"pooled {'paired' if pooled['paired'] else 'regression'}"
+    else:
+        fits = {c: fit_component(use[ring].reset_index(drop=True), c, estimator, n_boot, seed,
+                                 point=point, weights=weights) for c in ("g1", "g2")}  # fmt: skip
     if all(f.m is None for f in fits.values()):
         raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
                          f"{M_UNDEFINED}")  # fmt: skip
@@ -424,6 +439,9 @@ def analyze(
                        "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
                    for c, f in fits.items()}  # fmt: skip
     res["design"] = design
+    if pooled is not None:
+        res["population"] = pooled
+        res["point_estimate"] = "population"
     res.update(coverage=cov, sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=crit)
     res["prior"] = prior_report(use)
     res["noise_bias"] = noise_bias_note(use)

@@ -54,6 +54,16 @@ FLAGS: dict[str, tuple[int, str]] = {
     "BFMI_LOW": (1 << 13, "E-BFMI below threshold"),
     "DATA_MISFIT": (1 << 14, "residual at the estimate inconsistent with the noise model"),
     "UNINFORMATIVE": (1 << 15, "posterior of g about as wide as its prior (no information)"),
+    # the interim model's population fit (bias-extract, core/population.py)
+    "POP_WEIGHTS_COLLAPSED": (
+        1 << 16,
+        "population weights collapsed: a galaxy's importance "
+        "weights have ESS below 10% of its draws",
+    ),
+    "POP_FIT_FAILED": (
+        1 << 17,
+        "population fit of g: no maximum with a negative-definite curvature",
+    ),
 }
 
 

@@ -43,8 +43,8 @@ represent ``L_i``; a galaxy whose ``ESS_i < COLLAPSE_FRAC K`` has *collapsed*
 weights (flag ``POP_WEIGHTS_COLLAPSED``): its ``L_i`` rests on a few draws (an
 interim prior too narrow, or a Laplace approximation far from the posterior).
 
-Computed in the caller's JAX precision (float64 when x64 is enabled, as the
-CLI does for ``bias-extract`` and ``bias-stats``); nothing here flips flags.
+:func:`fit` computes in float64 whatever the process's flags (inside a
+``jax.enable_x64`` scope, which is thread-local and restored on exit).
 """
 
 from __future__ import annotations
@@ -232,13 +232,18 @@ def fit(
     until ``log L`` does not decrease and ``|g| < 1``; stops when the step is below
     ``tol`` (in ``g``).
     """
+    with jax.enable_x64(True):  # float64 whatever the caller's flags (a thread-local scope)
+        return _fit(eps, log_base, log_pe, weight, g0, max_steps, tol)
+
+
+def _fit(eps, log_base, log_pe, weight, g0, max_steps, tol) -> PopulationFit:
     key = id(log_pe)
     if key not in _CACHE:
         _CACHE.clear()
         _CACHE[key] = (log_pe, _functions(log_pe))
     value, grad_hess, terms, weights_fn = _CACHE[key][1]
-    eps = jnp.asarray(eps)
-    dtype = eps.dtype
+    dtype = jnp.float64
+    eps = jnp.asarray(eps, dtype)
     base = jnp.asarray(log_base, dtype)
     bad = ~(jnp.all(jnp.isfinite(eps), axis=-1) & ~jnp.isnan(base))
     base = jnp.where(bad, -jnp.inf, base)
