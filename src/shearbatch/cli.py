@@ -1623,6 +1623,7 @@ def bias_stats(**kw: Any) -> int:
 
 def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
     from .analysis.verdict import EXIT_CODES
+    from .core import flags as fl
 
     def num(v: Any) -> str:
         return "-" if v is None else f"{v:.3g}"
@@ -1639,6 +1640,8 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
                    f"of {pr['n_seeds']} seeds over {len(pr['grid_points'])} grid point(s); "
                    f"smallest per-galaxy ESS {worst:.2g} of the draws, {coll} galaxies with "
                    "collapsed weights at the estimate")  # fmt: skip
+    for name, n in (res.get("warnings") or {}).items():
+        click.echo(f"  WARNING {name} in {n} used realization(s): {fl.FLAGS[name][1]}")
     des = res.get("design") or {}
     if des.get("rotations", 1) > 1:
         click.echo(f"  ring design: {des['rotations']} rotations per seed"
@@ -1723,14 +1726,18 @@ def _stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Pa
 
     d = out / "plots"
     d.mkdir(parents=True, exist_ok=True)
+    # the population estimator: the per-realization maxima (g_mode) in the residual figure
+    point = "mode" if res["point_estimate"] == "population" else res["point_estimate"]
     figs = {
         "residuals.png": plots.residual_figure(
-            use, fits, res["estimator"], point=res["point_estimate"], weights=res["weights"]
+            use, fits, res["estimator"], point=point, weights=res["weights"]
         ),
         "coverage.png": plots.coverage_figure(res["coverage"]),
         "ranks.png": plots.rank_figure(use, res["sbc"]),
     }
-    if posterior_dir is not None:
+    if posterior_dir is not None and res["point_estimate"] == "population":
+        logger.info("--posterior-dir: no per-realization g posterior to plot (interim model)")
+    elif posterior_dir is not None:
         worst = plots.worst_converged(df)
         where = {p.name: p for p in find_realization_dirs(posterior_dir)}
         found = [w for w in worst if w in where and (where[w] / POSTERIOR).is_file()]

@@ -163,6 +163,19 @@ def design_report(use: Any) -> dict[str, Any]:
             "error_groups": "seed", "incomplete_rings_left_out": incomplete}  # fmt: skip
 
 
+def warning_counts(use: Any) -> dict[str, int]:
+    """``{flag: realizations}`` of the warning flags (:data:`shearbatch.core.flags.WARNINGS`)
+    among the USED rows (e.g. ``POP_WEIGHTS_COLLAPSED``: a galaxy's population weights
+    collapsed; the realization is kept)."""
+    from ..core import flags as fl
+
+    if "flags" not in use:
+        return {}
+    names = use["flags"].fillna("").astype(str).str.split("|")
+    return {n: int(names.apply(lambda fs, n=n: n in fs).sum()) for n in fl.names(fl.WARNINGS)
+            if names.apply(lambda fs, n=n: n in fs).any()}  # fmt: skip
+
+
 def pd_numeric(col: Any) -> np.ndarray:
     """A column as floats (unparseable cells become NaN)."""
     import pandas as pd
@@ -439,6 +452,7 @@ def analyze(
                        "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
                    for c, f in fits.items()}  # fmt: skip
     res["design"] = design
+    res["warnings"] = warning_counts(use)
     if pooled is not None:
         res["population"] = pooled
         res["point_estimate"] = "population"

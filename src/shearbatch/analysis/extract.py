@@ -310,7 +310,7 @@ def read_realization(
         if keep_draws:  # for bias-stats' pooled fit (the sidecar of summary.csv)
             row["_population"] = interim[2]
     row["flags"] = "|".join(fl.names(flags))
-    row["passed_convergence"] = flags == 0
+    row["passed_convergence"] = (flags & ~fl.WARNINGS) == 0
     return done("ok", fl.describe(flags))
 
 

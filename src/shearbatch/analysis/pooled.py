@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..core import population as pop
-from .stats import Fit
+from .stats import Fit, pair_table
 
 __all__ = ["load_population", "pooled_fits"]
 
@@ -78,6 +78,9 @@ def pooled_fits(use: Any, population: dict[str, Any], paired: bool) -> tuple[dic
     ``report``: per grid point its estimate, curvature error and galaxy count, the
     smallest per-galaxy ESS fraction and the collapsed galaxies at the estimate.
     """
+    if paired and "pair_id" in use and "pair_sign" in use:  # complete pairs only: a seed's
+        ip, im = pair_table(use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))
+        use = use.iloc[np.sort(np.concatenate([ip, im]))]  # +g without its -g is left out
     rows = use.set_index(use["run_id"].astype(str))
     rid = population["run_id"].astype(str)
     keep = np.isin(rid, rows.index.to_numpy())

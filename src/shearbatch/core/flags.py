@@ -8,7 +8,9 @@ readable reason. Two kinds of flags:
   ``failed``;
 - *gate* flags (:data:`GATES`): the result exists but did not pass a
   convergence gate (R-hat, ESS, divergences, E-BFMI, ELBO still trending);
-  ``status`` stays ``ok`` and ``passed`` is false.
+  ``status`` stays ``ok`` and ``passed`` is false;
+- *warning* flags (:data:`WARNINGS`): recorded and counted, the result is used
+  (the interim model's collapsed population weights).
 
 :func:`gate_flags` is the only place the threshold gates are evaluated, with
 :data:`DEFAULT_THRESHOLDS` (``bias-run``) or the user's (``bias-extract
@@ -30,6 +32,7 @@ __all__ = [
     "GATES",
     "THRESHOLD_GATES",
     "Thresholds",
+    "WARNINGS",
     "common_flags",
     "describe",
     "flag",
@@ -87,6 +90,9 @@ FATAL = flag(
     "UNINFORMATIVE",
 )
 THRESHOLD_GATES = flag("RHAT_HIGH", "ESS_LOW", "DIVERGENCES", "BFMI_LOW")
+#: recorded and counted (bias-stats), but the realization stays usable: dropping every
+#: realization with one galaxy's weights collapsed would select on the data
+WARNINGS = flag("POP_WEIGHTS_COLLAPSED")
 GATES = THRESHOLD_GATES | flag("ELBO_NOT_FLAT")
 
 

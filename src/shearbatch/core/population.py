@@ -116,6 +116,16 @@ def shape_log_prior(e1_prior: Any, e2_prior: Any) -> LogPrior:
     the product of the two components' densities on their supports, restricted to
     ``|e| < 1`` as the model restricts it (unnormalised: a constant does not move the
     maximum)."""
+    key = tuple((p.kind, tuple(float(a) for a in p.args)) for p in (e1_prior, e2_prior))
+    if key not in _PRIORS:  # one function per prior: fit()'s compiled programs are reused
+        _PRIORS[key] = _shape_log_prior(e1_prior, e2_prior)
+    return _PRIORS[key]
+
+
+_PRIORS: dict[tuple, LogPrior] = {}
+
+
+def _shape_log_prior(e1_prior: Any, e2_prior: Any) -> LogPrior:
     from .priors import to_distribution
 
     dists = [to_distribution(p) for p in (e1_prior, e2_prior)]
@@ -238,8 +248,7 @@ def fit(
 
 def _fit(eps, log_base, log_pe, weight, g0, max_steps, tol) -> PopulationFit:
     key = id(log_pe)
-    if key not in _CACHE:
-        _CACHE.clear()
+    if key not in _CACHE or _CACHE[key][0] is not log_pe:
         _CACHE[key] = (log_pe, _functions(log_pe))
     value, grad_hess, terms, weights_fn = _CACHE[key][1]
     dtype = jnp.float64
