@@ -182,5 +182,5 @@ def test_jax_flags_untouched_by_the_population_fit():
     before = jax.config.jax_enable_x64
     lp = pop.shape_log_prior(_prior({"kind": "normal", "args": [0, 0.2]}),
                              _prior({"kind": "normal", "args": [0, 0.2]}))  # fmt: skip
-    f = pop.fit(np.zeros((3, 1, 2)) + [0.1, 0.0], np.zeros((3, 1)), lp)
+    f = pop.fit(np.full((3, 1, 2), [0.1, 0.0]), np.zeros((3, 1)), lp)
     assert f.g.dtype == np.float64 and jax.config.jax_enable_x64 == before
