@@ -168,6 +168,9 @@ def validate(level: str, a: argparse.Namespace) -> dict:
            "wall_s": {"ring": ring["wall_s"]}, "commands": list(ring["commands"]),
            "snr_per_galaxy": snr_percentiles(work / "ring")}  # fmt: skip
     point = ring["results"]["point_estimate"]
+    if point == "population":  # the interim model: each image's own likelihood maximum
+        point = "mode"
+        doc["population"] = ring["results"].get("population")
     doc["unpaired_same_images"] = per_image_scatter(ring["csv"], point)
     m_err = ring["results"]["m1_err"]
     if m_err:

@@ -1162,6 +1162,9 @@ def apply_flags(cfg: Any, kw: dict[str, Any]) -> Any:
     if kw.get("x64") is not None:
         inf["precision"] = "float64" if kw["x64"] else "float32"
     update = {"campaign": cfg.campaign.model_copy(update=camp)}
+    if inf.get("method", "map") != "map" and cfg.inference.shear_model == "interim":
+        raise _fail(f"--method: inference.shear_model interim needs method map, got "
+                    f"{inf['method']}")  # fmt: skip
     return cfg.model_copy(update={**update, "inference": cfg.inference.model_copy(update=inf)})
 
 
