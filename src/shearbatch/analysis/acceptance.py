@@ -171,7 +171,7 @@ def warning_counts(use: Any) -> dict[str, int]:
 
     if "flags" not in use:
         return {}
-    names = use["flags"].fillna("").astype(str).str.split("|")
+    names = use["flags"].map(lambda v: v.split("|") if isinstance(v, str) else [])
     return {n: int(names.apply(lambda fs, n=n: n in fs).sum()) for n in fl.names(fl.WARNINGS)
             if names.apply(lambda fs, n=n: n in fs).any()}  # fmt: skip
 
