@@ -15,9 +15,11 @@ paired designs (+g and -g share galaxies and noise) use
 ``1 + m = sum_p g_p D_p / sum_p g_p^2`` with ``D = (G_hat(+) - G_hat(-)) / 2``
 and ``c`` the mean of ``A = (G_hat(+) + G_hat(-)) / 2``; other grids the
 unweighted least-squares line; a constant truth gives ``c`` only (the mean
-offset). Errors: the delete-one-seed jackknife, refitting every grid point
-without that seed's galaxies (warm-started at the full estimate), so the
-shared galaxies and noise of a seed's pairs and rings stay together.
+offset). Errors: the delete-one-seed jackknife, each grid point's estimate
+without that seed's galaxies taken one Newton step from the full estimate
+(:func:`shearbatch.core.population.galaxy_derivatives`; the full likelihood's
+gradient vanishes there, so the step is exact to second order in the shift), so
+the shared galaxies and noise of a seed's pairs and rings stay together.
 """
 
 from __future__ import annotations
@@ -108,9 +110,13 @@ def pooled_fits(use: Any, population: dict[str, Any], paired: bool) -> tuple[dic
                     "n_galaxies": f.n_galaxies, "converged": f.converged,
                     "ess_fraction_min": float(np.min(f.ess / k)),
                     "n_collapsed": int(f.collapsed.sum())})  # fmt: skip
+        grad, hess = pop.galaxy_derivatives(f.g, eps[sel], base[sel], lp)
+        ok = np.all(np.isfinite(grad), axis=1)  # galaxies without support: not in the fit
+        h_tot, s_sel = hess[ok].sum(axis=0), seeds[sel][ok]
         for s in uniq:
-            w = (seeds[sel] != s).astype(float)
-            jk[s][p] = pop.fit(eps[sel], base[sel], lp, weight=w, g0=f.g).g if w.sum() else f.g
+            mine = s_sel == s
+            h_rest = h_tot - hess[ok][mine].sum(axis=0)
+            jk[s][p] = f.g + np.linalg.solve(h_rest, grad[ok][mine].sum(axis=0))
     fits = {}
     tr = np.array(points)
     for i, comp in enumerate(("g1", "g2")):

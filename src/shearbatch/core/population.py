@@ -64,6 +64,7 @@ __all__ = [
     "decompose",
     "ess",
     "fit",
+    "galaxy_derivatives",
     "log_jacobian",
     "log_likelihood",
     "log_weights",
@@ -179,6 +180,30 @@ def ess(log_w: jax.Array) -> jax.Array:
     w = jnp.exp(log_w - jnp.where(jnp.isfinite(mx), mx, 0.0))
     s1, s2 = jnp.sum(w, axis=-1), jnp.sum(w * w, axis=-1)
     return jnp.where(s2 > 0, s1 * s1 / jnp.where(s2 > 0, s2, 1.0), 0.0)
+
+
+def galaxy_derivatives(g: Any, eps: Any, log_base: Any, log_pe: LogPrior) -> tuple:
+    """Per-galaxy gradient (N, 2) and Hessian (N, 2, 2) of ``log L_i`` at ``g`` (float64).
+
+    With them, dropping a group ``s`` of galaxies moves the maximum ``g_hat`` of the
+    full likelihood (where ``sum_i grad_i = 0``) by one Newton step,
+    ``g_hat_(s) = g_hat + (H - H_s)^-1 G_s`` (``H_s``, ``G_s``: the group's sums): the
+    linearised delete-one-group jackknife, exact to ``O(1 / groups^2)`` of the shift.
+    """
+    with jax.enable_x64(True):
+        eps = jnp.asarray(eps, jnp.float64)
+        base = jnp.asarray(log_base, jnp.float64)
+        bad = ~(jnp.all(jnp.isfinite(eps), axis=-1) & ~jnp.isnan(base))
+        base = jnp.where(bad, -jnp.inf, base)
+        eps = jnp.where(bad[..., None], 0.0, eps)
+
+        def terms(gg):
+            return _galaxy_terms(gg, eps, base, log_pe)
+
+        gg = jnp.asarray(g, jnp.float64)
+        grad = jax.jacfwd(terms)(gg)
+        hess = jax.jacfwd(jax.jacfwd(terms))(gg)
+        return np.asarray(grad, float), np.asarray(hess, float)
 
 
 class PopulationFit(NamedTuple):
