@@ -142,14 +142,18 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
                            f"is not an unbiased shear estimator at survey S/N (median {med:.3g})"
                            "; measured for one exponential galaxy with free shape at S/N 30: "
                            f"{MARGINAL_BIAS_NOTE} (README, 'Noise bias and planning'); the "
-                           "survey configs use the joint mode (--method map)"}  # fmt: skip
+                           "survey configs use the joint mode (--method map); the population "
+                           "estimator (inference.shear_model: interim) pools marginal "
+                           "likelihoods instead (docs/results/population_estimator.md)"}  # fmt: skip
     return {"median_snr": med, "expected_order": med**-2,
             "message": f"MAP estimates are joint modes: noise bias of order (S/N)^-2 = "
                        f"{med**-2:.1g} at the median S/N {med:.3g}; measured for one "
                        "exponential galaxy with free flux, size and shape: m1 = -0.015 +- "
                        "0.005 at S/N 15, consistent with 0 at S/N 30 and 100 (README, "
                        "'Noise bias and planning'); it can be far larger for many galaxies "
-                       f"per realization: {MANY_GALAXY_MAP_NOTE} (README, 'Levels 1 and 2')"}  # fmt: skip
+                       f"per realization: {MANY_GALAXY_MAP_NOTE} (README, 'Levels 1 and 2'); "
+                       "the population estimator (inference.shear_model: interim) integrates "
+                       "the nuisances instead (docs/results/population_estimator.md)"}  # fmt: skip
 
 
 def design_report(use: Any) -> dict[str, Any]:
