@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from . import runtime
+from .core.methods import INTERIM, supports_interim
 from .core.methods import names as method_names
 
 __all__ = ["bias_extract", "bias_run", "bias_stats"]
@@ -1162,9 +1163,10 @@ def apply_flags(cfg: Any, kw: dict[str, Any]) -> Any:
     if kw.get("x64") is not None:
         inf["precision"] = "float64" if kw["x64"] else "float32"
     update = {"campaign": cfg.campaign.model_copy(update=camp)}
-    if inf.get("method", "map") != "map" and cfg.inference.shear_model == "interim":
-        raise _fail(f"--method: inference.shear_model interim needs method map, got "
-                    f"{inf['method']}")  # fmt: skip
+    if "method" in inf and cfg.inference.shear_model == "interim" and not supports_interim(
+            inf["method"]):  # fmt: skip
+        raise _fail(f"--method: inference.shear_model interim needs method "
+                    f"{' or '.join(INTERIM)}, got {inf['method']}")  # fmt: skip
     return cfg.model_copy(update={**update, "inference": cfg.inference.model_copy(update=inf)})
 
 
