@@ -9,6 +9,9 @@
   realization and writes the population sidecar; bias-stats pools it per grid point; a
   realization run alone gives the same draws and weights as in its batch.
 - Bad input: the interim model with a method other than map is refused (exit 2).
+
+The campaign tests compile an interim program (about 1-2 minutes on the shared 2-core
+CPU): they are ``slow`` (``pytest -m slow tests/test_interim.py``).
 """
 
 import json
@@ -89,6 +92,7 @@ def campaign(module_tmp, interim_cfg):
     return camp, csv
 
 
+@pytest.mark.slow  # a compiled interim campaign: ~1-2 min on the shared CPU
 def test_posterior_nc_keeps_per_galaxy_draws_and_weights(campaign):
     camp, _ = campaign
     d = camp / "g1_+0.0200_g2_+0.0000_s0"
@@ -107,6 +111,7 @@ def test_posterior_nc_keeps_per_galaxy_draws_and_weights(campaign):
     assert len(frac) == 4 and all(0 < f <= 1 for f in frac)
 
 
+@pytest.mark.slow  # a compiled interim campaign: ~1-2 min on the shared CPU
 def test_extract_fits_each_realization_and_stats_pool_per_grid_point(campaign, module_tmp):
     _, csv = campaign
     df = pd.read_csv(csv)
@@ -149,6 +154,7 @@ def _prior(d):
     return Prior(d["kind"], tuple(float(a) for a in d["args"]))
 
 
+@pytest.mark.slow  # a compiled interim campaign: ~1-2 min on the shared CPU
 def test_a_realization_alone_matches_its_batch(campaign, module_tmp, interim_cfg):
     camp, _ = campaign
     rid = "g1_-0.0200_g2_+0.0000_s1"
