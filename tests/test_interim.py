@@ -24,6 +24,7 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
+import shearbatch
 from conftest import write_config
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core import population as pop
@@ -113,7 +114,7 @@ def test_posterior_nc_keeps_per_galaxy_draws_and_weights(campaign):
 
 @pytest.mark.slow  # a compiled interim campaign: ~1-2 min on the shared CPU
 def test_extract_fits_each_realization_and_stats_pool_per_grid_point(campaign, module_tmp):
-    _, csv = campaign
+    camp, csv = campaign
     df = pd.read_csv(csv)
     assert len(df) == 6 and set(df["estimate"]) == {"population"}
     assert set(df["shear_model"]) == {"interim"} and set(df["pop_n_galaxies"]) == {4}
@@ -140,6 +141,9 @@ def test_extract_fits_each_realization_and_stats_pool_per_grid_point(campaign, m
     assert r["warnings"] == ({"POP_WEIGHTS_COLLAPSED": n_warn} if n_warn else {})
     assert r["m1_err"] > 0 and r["fits"]["g1"]["n_groups"] == 3
     assert "population estimator pooled per grid point: 24 galaxies" in res.output
+    # the Python API pools the same galaxies
+    api = shearbatch.open_campaign(camp).stats(level="level_2")
+    assert api["estimator"] == "pooled paired" and api["m1"] == pytest.approx(r["m1"], rel=1e-9)
     # the pooled +g estimate is the maximum over the 12 galaxies at +g
     plus = df.loc[df["g1_true"] > 0, "run_id"].to_numpy()
     fp = pop.fit(z["eps"][np.isin(z["run_id"], plus)], z["log_base"][np.isin(z["run_id"], plus)],

@@ -61,6 +61,7 @@ __all__ = [
     "extract_campaign",
     "find_realization_dirs",
     "load_thresholds",
+    "population_arrays",
     "population_path",
     "read_realization",
     "status_counts",
@@ -395,9 +396,20 @@ def write_population(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Pat
     does not move the fit); ``population``: the intrinsic-shape priors as JSON.
     """
     path = Path(path)
+    arrays = population_arrays(rows)
+    if arrays is None:
+        path.unlink(missing_ok=True)
+        return None
+    tmp = path.with_name(f".{path.name}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return path
+
+
+def population_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray] | None:
+    """The arrays :func:`write_population` writes (None without interim rows)."""
     keep = [r for r in rows if r.get("status") == "ok" and "_population" in r]
     if not keep:
-        path.unlink(missing_ok=True)
         return None
     k = max(r["_population"]["eps"].shape[1] for r in keep)
     run_id, galaxy, eps, base = [], [], [], []
@@ -417,12 +429,9 @@ def write_population(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Pat
     pops = {json.dumps([dict(p) for p in r["_population"]["population"]]) for r in keep}
     if len(pops) > 1:
         raise ValueError(f"interim realizations with different population priors: {sorted(pops)}")
-    tmp = path.with_name(f".{path.name}.tmp.npz")
-    np.savez(tmp, run_id=np.asarray(run_id), galaxy=np.asarray(galaxy),
-             eps=np.concatenate(eps), log_base=np.concatenate(base),
-             population=np.asarray(pops.pop()))  # fmt: skip
-    os.replace(tmp, path)
-    return path
+    return {"run_id": np.asarray(run_id), "galaxy": np.asarray(galaxy),
+            "eps": np.concatenate(eps), "log_base": np.concatenate(base),
+            "population": np.asarray(pops.pop())}  # fmt: skip
 
 
 def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:

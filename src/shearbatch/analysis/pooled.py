@@ -34,7 +34,7 @@ import numpy as np
 from ..core import population as pop
 from .stats import Fit, pair_table
 
-__all__ = ["load_population", "pooled_fits"]
+__all__ = ["from_arrays", "load_population", "pooled_fits"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,12 @@ class _PriorSpec(dict):
 def load_population(path: str | Path) -> dict[str, Any]:
     """The sidecar's arrays and the population's ``log_pe``."""
     with np.load(path, allow_pickle=False) as z:
-        d = {k: z[k] for k in z.files}
+        return from_arrays({k: z[k] for k in z.files})
+
+
+def from_arrays(d: dict[str, Any]) -> dict[str, Any]:
+    """:func:`shearbatch.analysis.extract.population_arrays` with the population's ``log_pe``."""
+    d = dict(d)
     priors = [_PriorSpec(p) for p in json.loads(str(d["population"]))]
     d["log_pe"] = pop.shape_log_prior(*priors)
     d["priors"] = priors
