@@ -280,10 +280,15 @@ def _criterion(
     n_needed: int | None = None,
     error_method: str | None = None,
     reason: str = "",
+    quantile: float | None = None,
+    dof: int | None = None,
 ) -> dict[str, Any]:
+    """One criterion; ``quantile`` / ``dof``: the Student-t bound of an m or c criterion
+    (None for the others)."""
     return {"name": name, "value": value, "err": err, "threshold": threshold, "z": z,
             "status": status, "n_needed": n_needed, "passed": status == "pass",
-            "error_method": error_method, "reason": reason}  # fmt: skip
+            "error_method": error_method, "reason": reason, "quantile": quantile,
+            "dof": dof}  # fmt: skip
 
 
 def _scaled(n_used: int, n_seeds: int, min_seeds: int) -> int:
@@ -310,10 +315,10 @@ def criteria(
             if x is None:
                 continue  # undefined: not a criterion (both undefined: analyze() refuses)
             status, need, why = decide(x, err, thr, z, n_used, f.n_groups)
-            crit = _criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z, n_needed=need,
-                              error_method=error_label(f), reason=why)  # fmt: skip
-            crit.update(quantile=quantile(z, f.n_groups), dof=max(f.n_groups - 1, 0))
-            out.append(crit)
+            out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z,
+                                  n_needed=need, error_method=error_label(f), reason=why,
+                                  quantile=quantile(z, f.n_groups),
+                                  dof=max(f.n_groups - 1, 0)))  # fmt: skip
     for comp, levels in cov.items():
         for lev, r in levels.items():
             if "observed" not in r:
