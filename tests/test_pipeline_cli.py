@@ -99,7 +99,7 @@ def test_results_json_is_strict_and_complete(good):
     cov = r["coverage"]["g1"]["0.68"]
     assert set(cov) >= {"observed", "expected", "band", "se", "n_eff", "status", "passed"}
     keys = {"name", "value", "err", "threshold", "z", "status", "n_needed", "passed",
-            "error_method", "reason"}  # fmt: skip
+            "error_method", "reason", "quantile", "dof"}  # fmt: skip
     assert all(set(c) == keys for c in r["criteria"])
     assert all(c["passed"] is (c["status"] == "pass") for c in r["criteria"])
 

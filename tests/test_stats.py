@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from shearbatch.analysis import acceptance, stats
+from shearbatch.analysis.verdict import quantile
 
 M_TRUE, C_TRUE, SIGMA = 0.01, 3e-4, 1e-3
 GRID = np.array([-0.05, -0.02, 0.02, 0.05])
@@ -307,8 +308,11 @@ def test_criteria_are_three_valued_with_realizations_needed():
         assert c["error_method"] == "jackknife over 40 seeds"
         assert res["verdict"] == want.upper() and res["passed"] is (want == "pass")
         if want == "inconclusive":
+            q = quantile(2.0, 40)  # Student-t, 39 dof
             need = len(df) * (2 * e / (thr - abs(m))) ** 2
-            assert c["n_needed"] == int(np.ceil(need)) and c["n_needed"] > len(df)
+            assert c["n_needed"] >= int(np.ceil(need)) and c["n_needed"] > len(df)
+            assert c["n_needed"] <= int(np.ceil(len(df) * (q * e / (thr - abs(m))) ** 2))
+            assert c["quantile"] == pytest.approx(q) and c["dof"] == 39
         else:
             assert c["n_needed"] is None
     assert base["z"] == 2.0 and base["n_seeds"] == 40

@@ -80,10 +80,17 @@ class Campaign:
         ``options``: ``estimator``, ``point``, ``weights``, ``n_boot``,
         ``sbc_mode``, ``acceptance`` (see :func:`shearbatch.analysis.acceptance.analyze`).
         """
-        from .analysis import acceptance
+        import pandas as pd
 
-        df = self.summary().reset_index()
-        res, _, _ = acceptance.analyze(df, level=level, **options)
+        from .analysis import acceptance
+        from .analysis import extract as ex
+        from .analysis.pooled import from_arrays
+
+        rows = ex.extract_campaign(self.root, workers=1, progress=False)
+        df = pd.DataFrame(rows, columns=list(ex.SUMMARY_COLUMNS))
+        arrays = ex.population_arrays(rows)  # interim model: pooled per grid point
+        population = None if arrays is None else from_arrays(arrays)
+        res, _, _ = acceptance.analyze(df, level=level, population=population, **options)
         return res
 
     def posterior(self, run_id: str) -> Any:

@@ -368,6 +368,9 @@ def records(
         "config_hash": spec.config_hash,
         "dtype": dtype,
     }
+    if spec.population is not None:  # the interim model: what the population fit needs
+        attrs.update(interim_attrs(spec))
+        conv.update(shear_model="interim", estimate="population")
     return {
         "posterior": lane.samples,
         "sample_stats": diag.sample_stats,
@@ -375,6 +378,24 @@ def records(
         "truth": truth_record(spec, r, sim, b),
         "convergence": conv,
     }
+
+
+def interim_attrs(spec: RunSpec) -> dict[str, Any]:
+    """posterior.nc root attributes of an interim-model realization: the shear model, the
+    interim prior of each observed-ellipticity component and the population's
+    intrinsic-shape prior (``{"kind": ..., "args": [...]}`` as JSON), read back by
+    bias-extract's population fit (:mod:`shearbatch.core.population`)."""
+    import json
+
+    def enc(p) -> str:
+        return json.dumps({"kind": p.kind, "args": [float(a) for a in p.args]})
+
+    assert spec.population is not None
+    return {"shear_model": "interim",
+            "interim_prior_e1": enc(spec.model.fields.e1),
+            "interim_prior_e2": enc(spec.model.fields.e2),
+            "population_prior_e1": enc(spec.population.fields.e1),
+            "population_prior_e2": enc(spec.population.fields.e2)}  # fmt: skip
 
 
 #: a free shear component whose posterior is at least this wide, relative to its prior,

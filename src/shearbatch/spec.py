@@ -38,6 +38,7 @@ __all__ = [
     "Problem",
     "PsfSpec",
     "RunSpec",
+    "interim_problem",
     "problem",
     "run_spec",
     "truth_problem",
@@ -104,6 +105,9 @@ class RunSpec(NamedTuple):
     rng_seed: int
     config_hash: str
     provenance: dict[str, Any]  # JSON-ready extras for truth.json (simulation overrides)
+    #: shear_model interim: the config's own view (intrinsic-shape population prior, shear
+    #: prior), while ``model`` is the interim model; None for the joint model
+    population: Problem | None = None
 
 
 def to_prior(p: Any) -> Prior:
@@ -227,13 +231,28 @@ def truth_problem(cfg: Config) -> Problem:
     return out
 
 
+def interim_problem(p: Problem, e_sigma: float) -> Problem:
+    """The interim model of ``p``: no shear (g fixed at 0: each galaxy's ellipticity latent
+    is its observed, sheared one) and ``Normal(0, e_sigma)`` on each ellipticity component
+    (restricted to ``|e| < 1`` by the model); flux, size and position keep their priors, so
+    only the ellipticity's prior ratio enters the population weights
+    (:mod:`shearbatch.core.population`)."""
+    interim = Prior("normal", (0.0, float(e_sigma)))
+    fields = p.fields._replace(e1=interim, e2=interim)
+    zero = Prior("fixed", (0.0,))
+    return p._replace(fields=fields, shear=(zero, zero))
+
+
 def run_spec(cfg: Config) -> RunSpec:
     inf = cfg.inference.model_dump(mode="json")
     prov: dict[str, Any] = {}
     if cfg.simulation is not None:
         prov["simulation_overrides"] = cfg.simulation.model_dump(exclude_none=True)
+    model, population = problem(cfg), None
+    if cfg.inference.shear_model == "interim":
+        model, population = interim_problem(model, cfg.inference.interim_e_sigma), model
     return RunSpec(
-        model=problem(cfg),
+        model=model,
         truth=truth_problem(cfg),
         method=cfg.inference.method,
         precision=cfg.inference.precision,
@@ -241,4 +260,5 @@ def run_spec(cfg: Config) -> RunSpec:
         rng_seed=cfg.inference.rng_seed,
         config_hash=config_hash(cfg),
         provenance=prov,
+        population=population,
     )

@@ -13,9 +13,12 @@ with ``status`` ``pass`` | ``fail`` | ``inconclusive``; the campaign's
 ``verdict`` is ``FAIL`` if any fails, else ``INCONCLUSIVE`` if any is
 inconclusive, else ``PASS`` (``passed`` is true only for ``PASS``).
 
-- ``|m1|, |m2|, |c1|, |c2|``: ``pass`` when ``|x| + z sigma <= max_abs``,
-  ``fail`` when ``|x| - z sigma > max_abs``, else ``inconclusive`` with the
-  realizations needed. An undefined ``m`` (constant truth in that component)
+- ``|m1|, |m2|, |c1|, |c2|``: ``pass`` when ``|x| + q sigma <= max_abs``,
+  ``fail`` when ``|x| - q sigma > max_abs``, else ``inconclusive`` with the
+  realizations needed; ``q = t_{G-1}(Phi(z))`` is the Student-t quantile for an
+  error estimated from ``G`` seeds (14.0 with 2 seeds at ``z = 2``, 2.07 with 40;
+  :mod:`shearbatch.analysis.verdict`), reported as the criterion's ``quantile``
+  and ``dof``. An undefined ``m`` (constant truth in that component)
   is not a criterion; with both undefined (one shear value only) :func:`analyze`
   refuses the table (``ValueError``: ``bias-stats`` exits 2), and :func:`criteria`
   alone reports ``|m|`` as ``inconclusive``.
@@ -51,7 +54,7 @@ from .stats import (
     pair_table,
     sbc,
 )
-from .verdict import decide, overall
+from .verdict import decide, overall, quantile
 
 __all__ = [
     "ACCEPTANCE",
@@ -132,6 +135,8 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
     if not snr.size or np.median(snr) >= NOISE_BIAS_SNR or len(estimates) != 1:
         return None
     med = float(np.median(snr))
+    if estimates == {"population"}:  # the interim model's marginal likelihood: no such note
+        return None
     if estimates != {"mode"}:  # posterior means / medians (NUTS, VI)
         return {"median_snr": med, "expected_order": None,
                 "message": "per-realization posterior means (or medians) of g marginalise the "
@@ -139,13 +144,17 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
                            f"is not an unbiased shear estimator at survey S/N (median {med:.3g})"
                            "; NUTS's and VI's measured m for one exponential galaxy: "
                            f"{MEASURED_NOISE_BIAS}; the survey configs use the joint mode "
-                           "(--method map)"}  # fmt: skip
+                           "(--method map); the population estimator (inference.shear_model: "
+                           "interim) pools marginal likelihoods instead "
+                           "(docs/results/population_estimator.md)"}  # fmt: skip
     return {"median_snr": med, "expected_order": med**-2,
             "message": f"MAP estimates are joint modes: noise bias of order (S/N)^-2 = "
                        f"{med**-2:.1g} at the median S/N {med:.3g}; measured m for one "
                        f"galaxy per realization against S/N: {MEASURED_NOISE_BIAS}; it can be "
                        "far larger with many small galaxies sharing one shear: "
-                       f"{MEASURED_LEVELS}"}  # fmt: skip
+                       f"{MEASURED_LEVELS}; the population estimator (inference.shear_model: "
+                       "interim) integrates the nuisances instead "
+                       "(docs/results/population_estimator.md)"}  # fmt: skip
 
 
 def design_report(use: Any) -> dict[str, Any]:
@@ -157,6 +166,19 @@ def design_report(use: Any) -> dict[str, Any]:
     pairs = "pair_sign" in use.columns and bool(use["pair_sign"].isin([1, -1]).any())
     return {"paired": pairs, "rotations": int(nrot.max()) if nrot.size else 1,
             "error_groups": "seed", "incomplete_rings_left_out": incomplete}  # fmt: skip
+
+
+def warning_counts(use: Any) -> dict[str, int]:
+    """``{flag: realizations}`` of the warning flags (:data:`shearbatch.core.flags.WARNINGS`)
+    among the USED rows (e.g. ``POP_WEIGHTS_COLLAPSED``: a galaxy's population weights
+    collapsed; the realization is kept)."""
+    from ..core import flags as fl
+
+    if "flags" not in use:
+        return {}
+    names = use["flags"].map(lambda v: v.split("|") if isinstance(v, str) else [])
+    return {n: int(names.apply(lambda fs, n=n: n in fs).sum()) for n in fl.names(fl.WARNINGS)
+            if names.apply(lambda fs, n=n: n in fs).any()}  # fmt: skip
 
 
 def pd_numeric(col: Any) -> np.ndarray:
@@ -259,10 +281,15 @@ def _criterion(
     n_needed: int | None = None,
     error_method: str | None = None,
     reason: str = "",
+    quantile: float | None = None,
+    dof: int | None = None,
 ) -> dict[str, Any]:
+    """One criterion; ``quantile`` / ``dof``: the Student-t bound of an m or c criterion
+    (None for the others)."""
     return {"name": name, "value": value, "err": err, "threshold": threshold, "z": z,
             "status": status, "n_needed": n_needed, "passed": status == "pass",
-            "error_method": error_method, "reason": reason}  # fmt: skip
+            "error_method": error_method, "reason": reason, "quantile": quantile,
+            "dof": dof}  # fmt: skip
 
 
 def _scaled(n_used: int, n_seeds: int, min_seeds: int) -> int:
@@ -288,9 +315,11 @@ def criteria(
                                ("c", f.c, f.c_err, acc["max_abs_c"])):  # fmt: skip
             if x is None:
                 continue  # undefined: not a criterion (both undefined: analyze() refuses)
-            status, need, why = decide(x, err, thr, z, n_used)
-            out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z, n_needed=need,
-                                  error_method=error_label(f), reason=why))  # fmt: skip
+            status, need, why = decide(x, err, thr, z, n_used, f.n_groups)
+            out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z,
+                                  n_needed=need, error_method=error_label(f), reason=why,
+                                  quantile=quantile(z, f.n_groups),
+                                  dof=max(f.n_groups - 1, 0)))  # fmt: skip
     for comp, levels in cov.items():
         for lev, r in levels.items():
             if "observed" not in r:
@@ -331,8 +360,13 @@ def analyze(
     seed: int = 0,
     point: str = "auto",
     weights: str = "none",
+    population: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Fit], Any]:
     """The whole stage-3 analysis of a summary table.
+
+    ``population`` (:func:`shearbatch.analysis.pooled.load_population`): for an
+    interim-model campaign, m and c come from the population estimator pooled per grid
+    point (:mod:`shearbatch.analysis.pooled`) instead of per-realization estimates.
 
     Returns ``(results, fits, usable)``: the JSON-ready ``bias_results`` dict,
     the :class:`Fit` per component and the usable rows. Raises ``ValueError``
@@ -370,8 +404,16 @@ def analyze(
         raise ValueError(f"unknown estimator {estimator!r}; use regression, paired or auto")
     design = design_report(use)
     ring, _ = complete_rings(use)
-    fits = {c: fit_component(use[ring].reset_index(drop=True), c, estimator, n_boot, seed,
-                             point=point, weights=weights) for c in ("g1", "g2")}  # fmt: skip
+    pooled = None
+    if population is not None and "estimate" in use and set(use["estimate"]) == {"population"}:
+        from .pooled import pooled_fits
+
+        fits, pooled = pooled_fits(use[ring].reset_index(drop=True), population,
+                                   estimator == "paired")  # fmt: skip
+        estimator = f"pooled {'paired' if pooled['paired'] else 'regression'}"
+    else:
+        fits = {c: fit_component(use[ring].reset_index(drop=True), c, estimator, n_boot, seed,
+                                 point=point, weights=weights) for c in ("g1", "g2")}  # fmt: skip
     if all(f.m is None for f in fits.values()):
         raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
                          f"{M_UNDEFINED}")  # fmt: skip
@@ -420,6 +462,10 @@ def analyze(
                        "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
                    for c, f in fits.items()}  # fmt: skip
     res["design"] = design
+    res["warnings"] = warning_counts(use)
+    if pooled is not None:
+        res["population"] = pooled
+        res["point_estimate"] = "population"
     res.update(coverage=cov, sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=crit)
     res["prior"] = prior_report(use)
     res["noise_bias"] = noise_bias_note(use)

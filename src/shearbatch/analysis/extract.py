@@ -35,6 +35,7 @@ the defaults are ``bias-run``'s). ``flags`` lists every flag by name,
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import multiprocessing
@@ -60,8 +61,11 @@ __all__ = [
     "extract_campaign",
     "find_realization_dirs",
     "load_thresholds",
+    "population_arrays",
+    "population_path",
     "read_realization",
     "status_counts",
+    "write_population",
     "write_summary",
 ]
 
@@ -83,6 +87,8 @@ SUMMARY_COLUMNS = [
     "batch_size", "runtime_s", "reason", "flags", "truth_from_prior",
     "estimate", "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
     "config_hash",
+    # the interim model's population fit (core/population.py)
+    "shear_model", "pop_n_galaxies", "pop_ess_min", "pop_n_collapsed", "is_ess_min",
 ]  # fmt: skip
 
 
@@ -130,6 +136,78 @@ def _site(conv: Mapping[str, Any], key: str, site: str) -> Any:
     return None if v is None or isinstance(v, list | dict) else float(v)
 
 
+class _PriorSpec(dict):
+    """A prior read back from posterior.nc attrs (``{"kind", "args"}``) with the attributes
+    :func:`shearbatch.core.priors.to_distribution` reads."""
+
+    @property
+    def kind(self) -> str:
+        return self["kind"]
+
+    @property
+    def args(self) -> tuple[float, ...]:
+        return tuple(float(a) for a in self["args"])
+
+
+def interim_draws(path: Path) -> dict[str, Any] | None:
+    """An interim-model posterior.nc's per-galaxy draws: ``eps`` (M, K, 2) observed
+    ellipticities, ``log_base`` (M, K) ``interim_log_weight``, and the population's
+    intrinsic-shape priors ``population`` (e1, e2); None for the joint model."""
+    import xarray as xr
+
+    with xr.open_dataset(path, engine="netcdf4") as root:
+        attrs = dict(root.attrs)
+    if attrs.get("shear_model") != "interim":
+        return None
+    with xr.open_dataset(path, group="posterior", engine="netcdf4") as ds:
+        e = [np.asarray(ds[s].transpose("galaxy", "chain", "draw").values, float) for s in
+             ("e1", "e2")]  # fmt: skip
+    with xr.open_dataset(path, group="sample_stats", engine="netcdf4") as ds:
+        lw = np.asarray(ds["interim_log_weight"].transpose("galaxy", "chain", "draw").values,
+                        float)  # fmt: skip
+    m = e[0].shape[0]
+    eps = np.stack([x.reshape(m, -1) for x in e], axis=-1)
+    pops = tuple(_PriorSpec(json.loads(attrs[f"population_prior_{c}"])) for c in ("e1", "e2"))
+    return {"eps": eps, "log_base": lw.reshape(m, -1), "population": pops}
+
+
+def _population_columns(path: Path, truth: Mapping[str, Any], conv: Mapping[str, Any]):
+    """Summary columns of an interim-model realization: g from its own galaxies' pooled
+    marginal likelihood (:func:`shearbatch.core.population.fit`; mean = median = mode = the
+    maximum, std from the curvature, Gaussian quantiles and rank), the per-galaxy ESS of
+    the weights and the flags ``POP_WEIGHTS_COLLAPSED`` / ``POP_FIT_FAILED``. Returns
+    ``(row, flags, draws)`` or None for the joint model."""
+    from scipy import stats as st
+
+    from ..core import population as pop
+
+    d = interim_draws(path)
+    if d is None:
+        return None
+    lp = pop.shape_log_prior(*d["population"])
+    f = pop.fit(d["eps"], d["log_base"], lp)
+    row: dict[str, Any] = {"shear_model": "interim", "estimate": "population",
+                           "pop_n_galaxies": f.n_galaxies}  # fmt: skip
+    k = np.maximum(f.n_draws, 1)
+    row["pop_ess_min"] = float(np.min(f.ess / k))
+    row["pop_n_collapsed"] = int(f.collapsed.sum())
+    imp = conv.get("importance") if isinstance(conv.get("importance"), Mapping) else {}
+    row["is_ess_min"] = imp.get("min")
+    flags = fl.flag("POP_WEIGHTS_COLLAPSED") if f.collapsed.any() else 0
+    ok = f.converged and np.all(np.isfinite(f.err))
+    if not ok:
+        flags |= fl.flag("POP_FIT_FAILED")
+    for i, s in enumerate(("g1", "g2")):
+        g, sd = float(f.g[i]), float(f.err[i]) if ok else math.nan
+        row[f"{s}_mean"] = row[f"{s}_median"] = row[f"{s}_mode"] = g
+        row[f"{s}_std"] = sd
+        for q, p in QUANTILES.items():
+            row[f"{s}_{q}"] = g + sd * float(st.norm.ppf(p))
+        if truth.get(s) is not None and ok:
+            row[f"rank_{s}"] = float(st.norm.cdf((float(truth[s]) - g) / sd))
+    return row, flags, d
+
+
 def _posterior_columns(path: Path, truth: Mapping[str, Any]) -> dict[str, Any]:
     import xarray as xr
 
@@ -149,9 +227,13 @@ def _posterior_columns(path: Path, truth: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_realization(
-    directory: str | Path, thresholds: Thresholds = DEFAULT_THRESHOLDS
+    directory: str | Path, thresholds: Thresholds = DEFAULT_THRESHOLDS, keep_draws: bool = False
 ) -> dict[str, Any]:
-    """One summary row (a dict with a subset of :data:`SUMMARY_COLUMNS`) for one directory."""
+    """One summary row (a dict with a subset of :data:`SUMMARY_COLUMNS`) for one directory.
+
+    An interim-model realization (``shear_model: interim``) gets its g from the population
+    fit of its own galaxies; with ``keep_draws`` its per-galaxy draws are kept under the
+    row's ``_population`` key (:func:`write_population`)."""
     d = Path(directory)
     row: dict[str, Any] = {"run_id": d.name}
 
@@ -184,12 +266,17 @@ def read_realization(
         row["flags"] = "|".join(conv.get("flag_names") or [])
     if ins.status != "done" or conv is None:
         return done("incomplete" if ins.status == "absent" else ins.status, ins.reason)
+    interim = None
     try:
-        row.update(_posterior_columns(d / POSTERIOR, truth))
+        if conv.get("shear_model") == "interim":
+            interim = _population_columns(d / POSTERIOR, truth, conv)
+        if interim is None:
+            row.update(_posterior_columns(d / POSTERIOR, truth))
     except Exception as err:  # netCDF4/HDF5 raise many types for a damaged file
         return done("corrupt", f"posterior.nc unreadable: {type(err).__name__}: {err}")
     for s in ("g1", "g2"):
-        row[f"{s}_mode"] = _site(conv, "map_estimate", s)
+        if interim is None:
+            row[f"{s}_mode"] = _site(conv, "map_estimate", s)
         row[f"rhat_{s}"] = _site(conv, "rhat", s)
         row[f"ess_{s}"] = _site(conv, "ess_bulk", s)
         row[f"ess_tail_{s}"] = _site(conv, "ess_tail", s)
@@ -205,14 +292,19 @@ def read_realization(
         p = prior.get(s)
         row[f"prior_shrinkage_{s}"] = p.get("shrinkage") if isinstance(p, Mapping) else None
     flags = convergence_flags(conv, thresholds)
+    if interim is not None:
+        row.update(interim[0])
+        flags |= interim[1]
+        if keep_draws:  # for bias-stats' pooled fit (the sidecar of summary.csv)
+            row["_population"] = interim[2]
     row["flags"] = "|".join(fl.names(flags))
-    row["passed_convergence"] = flags == 0
+    row["passed_convergence"] = (flags & ~fl.WARNINGS) == 0
     return done("ok", fl.describe(flags))
 
 
 def _read_chunk(args: tuple[list[str], Thresholds]) -> list[dict[str, Any]]:
     dirs, th = args
-    return [read_realization(p, th) for p in dirs]
+    return [read_realization(p, th, keep_draws=True) for p in dirs]
 
 
 def extract_campaign(
@@ -272,6 +364,61 @@ def status_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     for r in rows:
         out[r["status"]] = out.get(r["status"], 0) + 1
     return out
+
+
+def population_path(summary: str | Path) -> Path:
+    """The population sidecar of a summary table: ``summary.csv`` -> ``summary.population.npz``."""
+    p = Path(summary)
+    return p.with_name(p.stem + ".population.npz")
+
+
+def write_population(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:
+    """The per-galaxy draws of every ``ok`` interim-model row (``_population``) in one
+    ``.npz`` for ``bias-stats``' pooled fit; None (nothing written, a stale file removed)
+    when there is none.
+
+    Arrays, one entry per galaxy: ``run_id``, ``galaxy`` (index in its realization),
+    ``eps`` (G, K, 2) float32 observed-ellipticity draws (NaN-padded to the largest K),
+    ``log_base`` (G, K) float32 (each galaxy's maximum subtracted: a per-galaxy constant
+    does not move the fit); ``population``: the intrinsic-shape priors as JSON.
+    """
+    path = Path(path)
+    arrays = population_arrays(rows)
+    if arrays is None:
+        path.unlink(missing_ok=True)
+        return None
+    tmp = path.with_name(f".{path.name}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return path
+
+
+def population_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray] | None:
+    """The arrays :func:`write_population` writes (None without interim rows)."""
+    keep = [r for r in rows if r.get("status") == "ok" and "_population" in r]
+    if not keep:
+        return None
+    k = max(r["_population"]["eps"].shape[1] for r in keep)
+    run_id, galaxy, eps, base = [], [], [], []
+    for r in keep:
+        d = r["_population"]
+        m, kr = d["eps"].shape[:2]
+        e = np.full((m, k, 2), np.nan, np.float32)
+        e[:, :kr] = d["eps"]
+        b = np.full((m, k), np.nan, np.float32)
+        lb = d["log_base"]
+        mx = np.max(np.where(np.isfinite(lb), lb, -np.inf), axis=1, keepdims=True)
+        b[:, :kr] = lb - np.where(np.isfinite(mx), mx, 0.0)
+        run_id += [r["run_id"]] * m
+        galaxy += list(range(m))
+        eps.append(e)
+        base.append(b)
+    pops = {json.dumps([dict(p) for p in r["_population"]["population"]]) for r in keep}
+    if len(pops) > 1:
+        raise ValueError(f"interim realizations with different population priors: {sorted(pops)}")
+    return {"run_id": np.asarray(run_id), "galaxy": np.asarray(galaxy),
+            "eps": np.concatenate(eps), "log_base": np.concatenate(base),
+            "population": np.asarray(pops.pop())}  # fmt: skip
 
 
 def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:

@@ -165,7 +165,8 @@ def render_report(
         thr = c["threshold"]
         thr = f"[{thr[0]:.3g}, {thr[1]:.3g}]" if isinstance(thr, list) else f"{thr:.3g}"
         rows.append([_esc(c["name"]), _num(c["value"], ".3g"), _num(c["err"], ".2g"),
-                     _esc(c.get("error_method") or ""), thr,
+                     _esc((c.get("error_method") or "") + (f", q = {c['quantile']:.3g}"
+                                                           if c.get("quantile") else "")), thr,
                      f"<span class='{c['status']}'>{_esc(c['status'].upper())}</span>",
                      _esc(c.get("reason") or "") + (f" (needs ~{c['n_needed']} realizations)"
                                                     if c.get("n_needed") else "")])  # fmt: skip

@@ -58,14 +58,18 @@ def stats_plots(df, use, res, fits, out: Path, posterior_dir: str | None) -> Pat
 
     d = out / "plots"
     d.mkdir(parents=True, exist_ok=True)
+    # the population estimator: the per-realization maxima (g_mode) in the residual figure
+    point = "mode" if res["point_estimate"] == "population" else res["point_estimate"]
     figs = {
         "residuals.png": plots.residual_figure(
-            use, fits, res["estimator"], point=res["point_estimate"], weights=res["weights"]
+            use, fits, res["estimator"], point=point, weights=res["weights"]
         ),
         "coverage.png": plots.coverage_figure(res["coverage"]),
         "ranks.png": plots.rank_figure(use, res["sbc"]),
     }
-    if posterior_dir is not None:
+    if posterior_dir is not None and res["point_estimate"] == "population":
+        logger.info("--posterior-dir: no per-realization g posterior to plot (interim model)")
+    elif posterior_dir is not None:
         worst = plots.worst_converged(df)
         where = {p.name: p for p in find_realization_dirs(posterior_dir)}
         found = [w for w in worst if w in where and (where[w] / POSTERIOR).is_file()]

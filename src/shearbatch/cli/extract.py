@@ -82,6 +82,10 @@ def bias_extract(**kw: Any) -> int:
     if not rows:
         raise _fail(f"--input-dir: no realization directories under {root}")
     ex.write_summary(rows, out)
+    try:
+        pop_path = ex.write_population(rows, ex.population_path(out))
+    except ValueError as err:
+        raise _fail(f"--input-dir: {err}") from None
     counts = ex.status_counts(rows)
     conv = sum(1 for r in rows if r["status"] == "ok" and r.get("passed_convergence"))
     click.echo(
@@ -90,6 +94,8 @@ def bias_extract(**kw: Any) -> int:
         + f"; passed convergence {conv} -> {out}"
     )
     click.echo(f"campaign: {prog.line()}")
+    if pop_path is not None:
+        click.echo(f"interim model: per-galaxy draws for bias-stats' pooled fit -> {pop_path}")
     for msg in [*prog.problems, mixed_warning(prog.mixed)]:
         if msg:
             logger.warning("%s", msg)

@@ -8,7 +8,9 @@ readable reason. Two kinds of flags:
   ``failed``;
 - *gate* flags (:data:`GATES`): the result exists but did not pass a
   convergence gate (R-hat, ESS, divergences, E-BFMI, ELBO still trending);
-  ``status`` stays ``ok`` and ``passed`` is false.
+  ``status`` stays ``ok`` and ``passed`` is false;
+- *warning* flags (:data:`WARNINGS`): recorded and counted, the result is used
+  (the interim model's collapsed population weights).
 
 :func:`gate_flags` is the only place the threshold gates are evaluated, with
 :data:`DEFAULT_THRESHOLDS` (``bias-run``) or the user's (``bias-extract
@@ -29,6 +31,7 @@ __all__ = [
     "FLAGS",
     "GATES",
     "THRESHOLD_GATES",
+    "WARNINGS",
     "Thresholds",
     "common_flags",
     "describe",
@@ -54,6 +57,16 @@ FLAGS: dict[str, tuple[int, str]] = {
     "BFMI_LOW": (1 << 13, "E-BFMI below threshold"),
     "DATA_MISFIT": (1 << 14, "residual at the estimate inconsistent with the noise model"),
     "UNINFORMATIVE": (1 << 15, "posterior of g about as wide as its prior (no information)"),
+    # the interim model's population fit (bias-extract, core/population.py)
+    "POP_WEIGHTS_COLLAPSED": (
+        1 << 16,
+        "population weights collapsed: a galaxy's importance "
+        "weights have ESS below 10% of its draws",
+    ),
+    "POP_FIT_FAILED": (
+        1 << 17,
+        "population fit of g: no maximum with a negative-definite curvature",
+    ),
 }
 
 
@@ -77,6 +90,9 @@ FATAL = flag(
     "UNINFORMATIVE",
 )
 THRESHOLD_GATES = flag("RHAT_HIGH", "ESS_LOW", "DIVERGENCES", "BFMI_LOW")
+#: recorded and counted (bias-stats), but the realization stays usable: dropping every
+#: realization with one galaxy's weights collapsed would select on the data
+WARNINGS = flag("POP_WEIGHTS_COLLAPSED")
 GATES = THRESHOLD_GATES | flag("ELBO_NOT_FLAT")
 
 

@@ -5,7 +5,8 @@
 - ``truth.json``: true g1, g2, seed, run_id, per-galaxy truths, noise sigma.
 - ``posterior.nc``: ArviZ InferenceData layout in netCDF4 (one group each):
   ``posterior`` (``g1``, ``g2`` with dims exactly (chain, draw); per-galaxy
-  latents with dims (chain, draw, galaxy)), ``sample_stats`` (chain, draw),
+  latents with dims (chain, draw, galaxy)), ``sample_stats`` (chain, draw; a per-galaxy
+  statistic, e.g. ``interim_log_weight``, (chain, draw, galaxy)),
   ``observed_data`` (``obs`` with dims (galaxy, y, x)); ``chain``, ``draw`` and
   ``galaxy`` coordinate variables; ``units`` and ``long_name`` on the variables
   of :mod:`shearbatch.io.variables`; float variables carry ``_FillValue = NaN``
@@ -228,7 +229,7 @@ def write_posterior_nc(
 
     lead = ("chain", "draw")
     post = {k: (_dims(k, np.asarray(v), lead), np.asarray(v)) for k, v in posterior.items()}
-    stats = {k: (lead, np.asarray(v)) for k, v in sample_stats.items()}
+    stats = {k: (_dims(k, np.asarray(v), lead), np.asarray(v)) for k, v in sample_stats.items()}
     obs = np.asarray(observed)
     n_chain, n_draw = next(iter(post.values()))[1].shape[:2]
     post_coords = {"chain": n_chain, "draw": n_draw}
@@ -243,7 +244,10 @@ def write_posterior_nc(
         ds.set_auto_maskandscale(False)
         ds.setncatts({k: int(v) if isinstance(v, bool) else v for k, v in root_attrs.items()})
         _group(ds, "posterior", post, post_coords, group_attrs)
-        _group(ds, "sample_stats", stats, {"chain": n_chain, "draw": n_draw}, group_attrs)
+        stat_coords = {"chain": n_chain, "draw": n_draw}
+        if (n_gal := _dim_sizes(stats).get("galaxy")) is not None:  # per-galaxy statistics
+            stat_coords["galaxy"] = n_gal  # (the interim model's importance weights)
+        _group(ds, "sample_stats", stats, stat_coords, group_attrs)
         obs_vars = {"obs": (("galaxy", "y", "x"), obs)}
         _group(ds, "observed_data", obs_vars, {"galaxy": obs.shape[0]}, group_attrs)
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import field_validator, model_validator
 
 from ..core.methods import DEFAULT as DEFAULT_METHOD
+from ..core.methods import INTERIM, supports_interim
 from ..core.methods import names as method_names
 from .distributions import Count, Positive
 from .distributions import StrictModel as _Strict
@@ -117,6 +118,20 @@ class Inference(_Strict):
     """VI settings."""
     rng_seed: int = 0
     """[seed] Seed of the inference's random keys (the data's seeds come from the campaign)."""
+    # interim: the population estimator (core/population.py, docs/results/population_estimator.md)
+    shear_model: Literal["joint", "interim"] = "joint"
+    """joint: g is a latent of each realization. interim: no shear in the pixel model; each galaxy's latents are its observed (sheared) ellipticity, flux, size and position under a broad interim ellipticity prior, and bias-extract / bias-stats infer g from the population (method map only: core.methods.INTERIM)."""
+    interim_e_sigma: Positive = 0.5
+    """[1] shear_model interim: the interim prior on each observed-ellipticity component, Normal(0, interim_e_sigma) on |e| < 1 (written to posterior.nc)."""
+
+    @model_validator(mode="after")
+    def _interim(self) -> Inference:
+        if self.shear_model == "interim" and not supports_interim(self.method):
+            raise ValueError(
+                f"shear_model: interim needs method {' or '.join(INTERIM)} (its draws carry "
+                f"importance weights), got {self.method}"
+            )
+        return self
 
     @field_validator("method")
     @classmethod

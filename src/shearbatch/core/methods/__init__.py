@@ -16,7 +16,18 @@ from typing import Any
 
 from .base import Diagnosis, Draws, Method
 
-__all__ = ["DEFAULT", "REGISTRY", "Diagnosis", "Draws", "Method", "get", "names", "register"]
+__all__ = [
+    "DEFAULT",
+    "INTERIM",
+    "REGISTRY",
+    "Diagnosis",
+    "Draws",
+    "Method",
+    "get",
+    "names",
+    "register",
+    "supports_interim",
+]
 
 #: the method of a config that names none
 DEFAULT = "map"
@@ -27,6 +38,16 @@ REGISTRY: dict[str, Callable[[Mapping[str, Any]], Method] | str] = {
     "vi": "shearbatch.core.methods.vi:method",
     "nuts": "shearbatch.core.methods.nuts:method",
 }
+
+
+#: methods whose draws carry the interim model's per-galaxy importance weights
+#: (``inference.shear_model: interim``)
+INTERIM = ("map",)
+
+
+def supports_interim(name: str) -> bool:
+    """Whether method ``name`` can fit the interim model (:data:`INTERIM`)."""
+    return name.lower() in INTERIM
 
 
 def register(name: str, factory: Callable[[Mapping[str, Any]], Method] | str) -> None:

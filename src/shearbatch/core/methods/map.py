@@ -322,9 +322,12 @@ def covariance(lap: Laplace, layout: arrow.Layout) -> jax.Array:
     return f @ f.T
 
 
-def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings) -> Draws:
-    """MAP + Laplace for ONE realization: ``num_samples`` antithetic Laplace draws."""
-    lap = laplace(obs, posterior, settings)
+def fit(
+    rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings, lap: Laplace | None = None
+) -> Draws:
+    """MAP + Laplace for ONE realization: ``num_samples`` antithetic Laplace draws
+    (``lap``: an already computed :func:`laplace` of this realization)."""
+    lap = laplace(obs, posterior, settings) if lap is None else lap
     layout = layout_of(posterior)
     d = lap.opt.x.shape[0]
     half = (settings.num_samples + 1) // 2
@@ -348,6 +351,79 @@ def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings) ->
         mode=posterior.constrain_fn(lap.opt.x),
         info=info,
     )
+
+
+def galaxy_log_target(posterior, x: jax.Array, obs: jax.Array) -> jax.Array:
+    """Per-galaxy ``log p(d_j, theta_j) + log |dT/dx|_j`` (M,) of a model whose galaxies are
+    independent (the interim model: no shear site), at ONE unconstrained point ``x``.
+
+    Every per-galaxy site's log-density (latents, the stamp's likelihood, the
+    ``|e| < 1`` factor) and each transform's log-Jacobian, elementwise over the
+    ``galaxy`` plate; scalar sites (fixed-shear factors, 0) are left out. The sum over
+    galaxies is ``-posterior.potential_fn(x, obs)``.
+    """
+    from numpyro.distributions import biject_to
+    from numpyro.handlers import substitute, trace
+
+    params = posterior.constrain_fn(x)
+    m = obs.shape[0]
+    tr = trace(substitute(posterior.model, data=params)).get_trace(obs)
+    out = jnp.zeros((m,), obs.dtype)
+    for name, site in tr.items():
+        if site["type"] != "sample":
+            continue
+        lp = site["fn"].log_prob(site["value"])
+        if jnp.shape(lp) == (m,):
+            out = out + lp
+        if name in params:
+            t = biject_to(site["fn"].support)
+            v = params[name]
+            out = out + jnp.broadcast_to(t.log_abs_det_jacobian(t.inv(v), v), (m,))
+    return out
+
+
+def interim_fit(
+    rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings, e_sigma: float
+) -> Draws:
+    """MAP + Laplace of ONE realization of the interim model, with per-galaxy importance
+    weights of the Laplace draws.
+
+    The galaxies are independent (no shear), so the Hessian is its per-galaxy blocks
+    A_j = L_j L_j^T (:mod:`shearbatch.core.arrow` with no shared latent) and the Laplace
+    density ``q`` factors by galaxy: ``log q_j = -1/2 |z_j|^2 + sum log diag(L_j)`` with
+    ``z_j = L_j^T (x_j - x*_j)``, the draw's standard-normal ``eps`` restricted to galaxy j. Per draw k and galaxy j the sample statistic
+    ``interim_log_weight`` is ``log p(d_j, x_kj) - log q_j(x_kj) - log pi(eps_kj)`` (``pi``: Normal(0, ``e_sigma``)
+    per component; the
+    importance ratio of the exact interim posterior to the Laplace draw, with the
+    interim ellipticity prior divided out, up to a per-galaxy constant): the
+    ``log_base`` of :func:`shearbatch.core.population.log_weights`. ``is_ess`` (M,) is
+    the effective sample size of the Laplace importance ratios: the importance-sampling
+    efficiency of the Laplace approximation, ``is_ess / num_samples``.
+    """
+    import numpyro.distributions as dist
+
+    from ..population import ess
+
+    layout = layout_of(posterior)
+    if layout.shared.size or not layout.local.size:
+        raise ValueError("interim fit: every latent must be per-galaxy (no shear site)")
+    lap = laplace(obs, posterior, settings)
+    draws = fit(rng_key, obs, posterior, settings, lap)
+    half = (settings.num_samples + 1) // 2  # the same eps as fit's draws (same key)
+    z = jax.random.normal(rng_key, (half, lap.opt.x.shape[0]), lap.opt.x.dtype)
+    z = jnp.concatenate([z, -z], axis=0)[: settings.num_samples]
+    xs = lap.opt.x[None, :] + jax.vmap(lambda e: arrow.apply_scale(lap.factor, e, layout))(z)
+    zl = z[:, layout.local]  # (K, M, k): galaxy j's whitened coordinates
+    log_diag = jnp.log(jnp.diagonal(lap.factor.chol_a, axis1=-2, axis2=-1))  # (M, k)
+    log_q = -0.5 * jnp.sum(zl * zl, axis=-1) + jnp.sum(log_diag, axis=-1)[None, :]
+    log_p = jax.vmap(lambda x: galaxy_log_target(posterior, x, obs))(xs)  # (K, M)
+    log_r = jnp.where(jnp.isnan(log_p), -jnp.inf, log_p) - log_q
+    samples = jax.vmap(posterior.constrain_fn)(xs)
+    pi = dist.Normal(0.0, float(e_sigma))  # spec.interim_problem's prior
+    log_pi = pi.log_prob(samples["e1"]) + pi.log_prob(samples["e2"])
+    stats = dict(draws.stats, interim_log_weight=(log_r - log_pi)[None])
+    info = dict(draws.info, is_ess=ess(log_r.T))
+    return draws._replace(stats=stats, info=info)
 
 
 def std_by_site(samples) -> dict[str, np.ndarray]:
@@ -384,6 +460,11 @@ def diagnose(draws: Draws) -> Diagnosis:
         },
         "map_estimate": dict(draws.mode),
     }
+    if "is_ess" in info:  # the interim model: Laplace's importance-sampling efficiency
+        n = next(iter(draws.samples.values())).shape[1]
+        frac = np.asarray(info["is_ess"], float) / n
+        diag["importance"] = {"ess_fraction": frac.tolist(), "min": float(frac.min()),
+                              "median": float(np.median(frac)), "n_draws": int(n)}  # fmt: skip
     return Diagnosis(draws.stats, diag, flags)
 
 
@@ -411,5 +492,8 @@ def method(inference) -> Method:
     """MAP + Laplace, from the plain ``inference`` settings."""
     settings = settings_from(inference)
     fit_fn = lambda key, obs, post: fit(key, obs, post, settings)  # noqa: E731
+    if inference.get("shear_model") == "interim":
+        e_sigma = float(inference.get("interim_e_sigma", 0.5))
+        fit_fn = lambda key, obs, post: interim_fit(key, obs, post, settings, e_sigma)  # noqa: E731
     # chunks of 4 lanes: 1.8-3.1x faster than one vmap on CPU (bench/bench_chunking.py)
     return Method("map", fit_fn, diagnose, batch_report, estimate="mode", cpu_chunk=4)

@@ -1,0 +1,147 @@
+"""m and c from the population estimator pooled per grid point (interim-model campaigns).
+
+For a campaign run with ``inference.shear_model: interim``, ``bias-extract``
+writes next to ``summary.csv`` the per-galaxy draws of every usable realization
+(``summary.population.npz``, :func:`shearbatch.analysis.extract.write_population`).
+Here every galaxy of every realization that shares a true shear (one grid point:
+all its seeds, ring copies included) enters ONE marginal likelihood, and the
+grid point's estimate is its maximum (:func:`shearbatch.core.population.fit`):
+
+    G_hat(p) = argmax_g sum_{i in p} log (1/K) sum_k w_ik(g).
+
+Per component, ``g_hat = (1 + m) g_true + c`` is then fitted to the grid
+points' estimates, as :mod:`shearbatch.analysis.stats` does to realizations:
+paired designs (+g and -g share galaxies and noise) use
+``1 + m = sum_p g_p D_p / sum_p g_p^2`` with ``D = (G_hat(+) - G_hat(-)) / 2``
+and ``c`` the mean of ``A = (G_hat(+) + G_hat(-)) / 2``; other grids the
+unweighted least-squares line; a constant truth gives ``c`` only (the mean
+offset). Errors: the delete-one-seed jackknife, each grid point's estimate
+without that seed's galaxies taken one Newton step from the full estimate
+(:func:`shearbatch.core.population.galaxy_derivatives`; the full likelihood's
+gradient vanishes there, so the step is exact to second order in the shift), so
+the shared galaxies and noise of a seed's pairs and rings stay together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core import population as pop
+from .stats import Fit, pair_table
+
+__all__ = ["from_arrays", "load_population", "pooled_fits"]
+
+logger = logging.getLogger(__name__)
+
+
+class _PriorSpec(dict):
+    @property
+    def kind(self) -> str:
+        return self["kind"]
+
+    @property
+    def args(self) -> tuple[float, ...]:
+        return tuple(float(a) for a in self["args"])
+
+
+def load_population(path: str | Path) -> dict[str, Any]:
+    """The sidecar's arrays and the population's ``log_pe``."""
+    with np.load(path, allow_pickle=False) as z:
+        return from_arrays({k: z[k] for k in z.files})
+
+
+def from_arrays(d: dict[str, Any]) -> dict[str, Any]:
+    """:func:`shearbatch.analysis.extract.population_arrays` with the population's ``log_pe``."""
+    d = dict(d)
+    priors = [_PriorSpec(p) for p in json.loads(str(d["population"]))]
+    d["log_pe"] = pop.shape_log_prior(*priors)
+    d["priors"] = priors
+    return d
+
+
+def _estimate(comp_true: np.ndarray, comp_hat: np.ndarray, paired: bool) -> np.ndarray:
+    """``(1 + m, c)`` (or ``(nan, c)`` for a constant truth) from grid-point estimates."""
+    t, h = np.asarray(comp_true, float), np.asarray(comp_hat, float)
+    if np.ptp(t) <= 1e-12:
+        return np.array([np.nan, float(np.mean(h - t))])
+    if paired:
+        pos = t > 0
+        tp = t[pos]
+        hm = np.array([h[np.isclose(t, -x)][0] for x in tp])
+        dd, aa = (h[pos] - hm) / 2.0, (h[pos] + hm) / 2.0
+        return np.array([np.sum(tp * dd) / np.sum(tp * tp), float(np.mean(aa))])
+    b = np.polyfit(t, h, 1)
+    return np.array([b[0], b[1]])
+
+
+def pooled_fits(use: Any, population: dict[str, Any], paired: bool) -> tuple[dict, dict]:
+    """``({"g1": Fit, "g2": Fit}, report)`` from the galaxies of the usable rows ``use``.
+
+    ``report``: per grid point its estimate, curvature error and galaxy count, the
+    smallest per-galaxy ESS fraction and the collapsed galaxies at the estimate.
+    """
+    if paired and "pair_id" in use and "pair_sign" in use:  # complete pairs only: a seed's
+        ip, im = pair_table(use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))
+        use = use.iloc[np.sort(np.concatenate([ip, im]))]  # +g without its -g is left out
+    rows = use.set_index(use["run_id"].astype(str))
+    rid = population["run_id"].astype(str)
+    keep = np.isin(rid, rows.index.to_numpy())
+    if not keep.any():
+        raise ValueError("population sidecar: none of its galaxies belongs to a usable row")
+    rid = rid[keep]
+    eps, base = population["eps"][keep], population["log_base"][keep]
+    truth = rows.loc[rid, ["g1_true", "g2_true"]].to_numpy(float).round(12)
+    seeds = rows.loc[rid, "seed"].astype(str).to_numpy()
+    points = sorted({tuple(t) for t in truth})
+    if paired and not all(any(np.allclose(q, (-p[0], p[1])) for q in points)
+                          for p in points if p[0] != 0):  # fmt: skip
+        logger.info("pooled fit: not every +g has its -g grid point; using the regression")
+        paired = False
+    uniq = sorted(set(seeds))
+    lp = population["log_pe"]
+    est, jk, rep = {}, {s: {} for s in uniq}, []
+    for p in points:
+        sel = np.all(truth == p, axis=1)
+        f = pop.fit(eps[sel], base[sel], lp)
+        est[p] = f.g
+        k = np.maximum(f.n_draws, 1)
+        rep.append({"g1_true": p[0], "g2_true": p[1], "g1": float(f.g[0]), "g2": float(f.g[1]),
+                    "g1_err": float(f.err[0]), "g2_err": float(f.err[1]),
+                    "n_galaxies": f.n_galaxies, "converged": f.converged,
+                    "ess_fraction_min": float(np.min(f.ess / k)),
+                    "n_collapsed": int(f.collapsed.sum())})  # fmt: skip
+        grad, hess = pop.galaxy_derivatives(f.g, eps[sel], base[sel], lp)
+        ok = np.all(np.isfinite(grad), axis=1)  # galaxies without support: not in the fit
+        h_tot, s_sel = hess[ok].sum(axis=0), seeds[sel][ok]
+        for s in uniq:
+            mine = s_sel == s
+            h_rest = h_tot - hess[ok][mine].sum(axis=0)
+            jk[s][p] = f.g + np.linalg.solve(h_rest, grad[ok][mine].sum(axis=0))
+    fits = {}
+    tr = np.array(points)
+    for i, comp in enumerate(("g1", "g2")):
+        use_paired = paired and comp == "g1"
+        theta = _estimate(tr[:, i], [est[p][i] for p in points], use_paired)
+        reps = np.array([_estimate(tr[:, i], [jk[s][p][i] for p in points], use_paired)
+                         for s in uniq])  # fmt: skip
+        g = len(uniq)
+        cov = None
+        if g >= 2 and np.all(np.isfinite(reps[:, 1])):
+            dev = np.nan_to_num(reps - reps.mean(axis=0))
+            cov = (g - 1) / g * dev.T @ dev
+        m_undefined = not np.isfinite(theta[0])
+        m_err = None if cov is None or m_undefined else float(np.sqrt(cov[0, 0]))
+        c_err = None if cov is None else float(np.sqrt(cov[1, 1]))
+        why = f"{comp}_true is constant over the campaign: slope undefined" if m_undefined else ""
+        errs = {"jackknife": None if cov is None else [m_err, c_err], "bootstrap": None,
+                "n_boot": 0, "n_groups": g, "weights": "none", "weighted": False}  # fmt: skip
+        fits[comp] = Fit(None if m_undefined else float(theta[0]) - 1.0, float(theta[1]), m_err,
+                         c_err, "jackknife" if cov is not None else "none", errs,
+                         int(keep.sum()), g, why, None, cov, "none")  # fmt: skip
+    return fits, {"grid_points": rep, "paired": paired, "n_galaxies": int(keep.sum()),
+                  "n_seeds": len(uniq)}  # fmt: skip
