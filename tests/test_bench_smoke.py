@@ -160,3 +160,15 @@ def test_chunking(tmp_path):
     assert other["max_steps_diff"] <= 1  # a stopping threshold met one step apart
     mixed = other["lanes_mixed"]  # the check has teeth: lanes rolled by one
     assert mixed["max_diff_sd"] > 1e3 and mixed["max_rel_diff"] > 1e-6
+
+
+def test_cost(tmp_path):
+    """MAP's cost per galaxy vs M at batch 2 (one optimizer comparison at M = 1)."""
+    rec = run_bench("cost", tmp_path, "--ms", "1", "8", "--batch", "2", "--compare-ms", "1",
+                    "--m-fixed", "1", "--chunks", "1", "--configs", "--repeats", "1",
+                    skip=".vs_config")  # fmt: skip
+    assert [(r["M"], r["optimizer"]) for r in rec["vs_m"]] == [
+        (1, "newton"), (1, "gauss_newton"), (8, "gauss_newton")]  # fmt: skip
+    assert all(0 < r["lockstep_efficiency"] <= 1 and r["all_converged"] for r in rec["vs_m"])
+    (cmp,) = rec["optimizer_comparison"]
+    assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < 1e-3
