@@ -106,10 +106,16 @@ def test_array_task_slices_from_flags_and_slurm_env(tmp_path, monkeypatch):
 
 
 def _fake_complete(root, run_id):
+    """A directory that is complete by io.layout's definition (JSON files that parse, a
+    whole netCDF4 file), without running the inference."""
+    import netCDF4
+
     d = root / run_id
     d.mkdir()
-    for name in ("posterior.nc", "truth.json"):
-        (d / name).write_text("x")
+    with netCDF4.Dataset(d / "posterior.nc", "w") as nc:
+        nc.createDimension("draw", 2)
+        nc.createVariable("g1", "f8", ("draw",))[:] = [0.0, 0.0]
+    (d / "truth.json").write_text('{"g1": 0.01, "g2": 0.0}')
     (d / "convergence.json").write_text('{"status": "ok"}')
 
 

@@ -32,7 +32,9 @@ class IgnoredKey(NamedTuple):
 
 
 def _map_lr(section: Mapping[str, Any]) -> str | None:
-    optimizer = section.get("optimizer", "newton")
+    from .inference import MapConfig
+
+    optimizer = section.get("optimizer", MapConfig.model_fields["optimizer"].default)
     if optimizer == "adam":
         return None  # Adam's step size: the schema validates it
     return f"has no effect with optimizer {optimizer} (Adam only; SHINE's MAP is Adam)"

@@ -27,8 +27,8 @@ class MapConfig(_Strict):
     ``n_steps``, ``stopping_rule_met`` (the optimiser's own rule: ``tol``) and ``potential``.
     """
 
-    optimizer: Literal["gauss_newton", "newton", "lbfgs", "adam"] = "gauss_newton"
-    """Gauss-Newton (default: the stamps' J^T W J plus the prior's Hessian far from the mode, exact Newton for the last steps), damped Newton with the exact Hessian throughout, L-BFGS or Adam (large models). Measured (bench/bench_cost.py, docs/results/cost_map.md): the same modes (within 1e-5 posterior sd) with 1.2x (Level 0), 1.7x (survey S/N 30), 2.6x (M = 8) and 8.7x (Level 2, M = 32) the galaxies/s of newton."""
+    optimizer: Literal["newton", "gauss_newton", "lbfgs", "adam"] = "newton"
+    """Damped Newton with the exact Hessian (default), Gauss-Newton (the stamps' J^T W J plus the prior's Hessian far from the mode, exact Newton for the last steps), L-BFGS or Adam (large models). Gauss-Newton measured (bench/bench_cost.py, docs/results/cost_map.md): the same modes (within 1e-5 posterior sd) with 1.2x (Level 0), 1.7x (survey S/N 30), 2.6x (M = 8) and 8.7x (Level 2, M = 32) the galaxies/s of newton; configs/level2.yaml uses it. Not the default: in float32 at Level 0's S/N 1.2e5 it ended one of four test realizations unconverged (decrement 1.3e-3) where exact Newton converged."""
     num_steps: Count = 200
     """[iterations] Optimiser steps at most."""
     learning_rate: Positive | None = None
