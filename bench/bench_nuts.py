@@ -101,9 +101,10 @@ def joint_program(spec, b: int):
 
     def fit(keys, obs):
         def lane(key, o):  # ours' starts (nuts.fit's k_init) and Laplace variances
-            centre, scale, spread, _ = nuts._init(o, post, settings)
+            centre, scale_fn, spread, _ = nuts._init(o, post, settings)
             eps = spread * jax.random.normal(jax.random.split(key)[0], (c, d), o.dtype)
-            return centre[None, :] + eps @ scale.T, jnp.sum(scale**2, axis=1)
+            cols = jax.vmap(scale_fn)(jnp.eye(d, dtype=o.dtype))  # row i: F e_i, cov F F^T
+            return centre[None, :] + jax.vmap(scale_fn)(eps), jnp.sum(cols**2, axis=0)
 
         starts, var = jax.vmap(lane)(keys, obs)  # (B, C, D), (B, D)
         starts = jnp.swapaxes(starts, 0, 1).reshape(c, b * d)
