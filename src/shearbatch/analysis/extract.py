@@ -136,19 +136,6 @@ def _site(conv: Mapping[str, Any], key: str, site: str) -> Any:
     return None if v is None or isinstance(v, list | dict) else float(v)
 
 
-class _PriorSpec(dict):
-    """A prior read back from posterior.nc attrs (``{"kind", "args"}``) with the attributes
-    :func:`shearbatch.core.priors.to_distribution` reads."""
-
-    @property
-    def kind(self) -> str:
-        return self["kind"]
-
-    @property
-    def args(self) -> tuple[float, ...]:
-        return tuple(float(a) for a in self["args"])
-
-
 def interim_draws(path: Path) -> dict[str, Any] | None:
     """An interim-model posterior.nc's per-galaxy draws: ``eps`` (M, K, 2) observed
     ellipticities, ``log_base`` (M, K) ``interim_log_weight``, and the population's
@@ -167,7 +154,9 @@ def interim_draws(path: Path) -> dict[str, Any] | None:
                         float)  # fmt: skip
     m = e[0].shape[0]
     eps = np.stack([x.reshape(m, -1) for x in e], axis=-1)
-    pops = tuple(_PriorSpec(json.loads(attrs[f"population_prior_{c}"])) for c in ("e1", "e2"))
+    from .pooled import PriorSpec
+
+    pops = tuple(PriorSpec(json.loads(attrs[f"population_prior_{c}"])) for c in ("e1", "e2"))
     return {"eps": eps, "log_base": lw.reshape(m, -1), "population": pops}
 
 

@@ -39,7 +39,10 @@ __all__ = ["from_arrays", "load_population", "pooled_fits"]
 logger = logging.getLogger(__name__)
 
 
-class _PriorSpec(dict):
+class PriorSpec(dict):
+    """A prior read back from posterior.nc attrs or the population sidecar (``{"kind",
+    "args"}``) with the attributes :func:`shearbatch.core.priors.to_distribution` reads."""
+
     @property
     def kind(self) -> str:
         return self["kind"]
@@ -58,7 +61,7 @@ def load_population(path: str | Path) -> dict[str, Any]:
 def from_arrays(d: dict[str, Any]) -> dict[str, Any]:
     """:func:`shearbatch.analysis.extract.population_arrays` with the population's ``log_pe``."""
     d = dict(d)
-    priors = [_PriorSpec(p) for p in json.loads(str(d["population"]))]
+    priors = [PriorSpec(p) for p in json.loads(str(d["population"]))]
     d["log_pe"] = pop.shape_log_prior(*priors)
     d["priors"] = priors
     return d

@@ -147,21 +147,7 @@ def moffat_ft(q2: jax.Array, table: MoffatTable) -> jax.Array:
     :math:`\sqrt{\cdot}` has an infinite derivative and the transform a zero
     slope) is exactly 0.
     """
-    dtype = q2.dtype
-    pos = q2 > 0
-    q = jnp.where(pos, jnp.sqrt(jnp.where(pos, q2, 1.0)), 0.0)
-    n = table.values.size
-    x = q * (1.0 / table.h)
-    i = jnp.clip(jnp.floor(x), 0, n - 2)
-    t = jnp.clip(x - i, 0.0, 1.0)
-    i = i.astype(jnp.int32)
-    f = jnp.asarray(table.values, dtype)
-    d = jnp.asarray(table.slopes * table.h, dtype)
-    f0, f1, d0, d1 = f[i], f[i + 1], d[i], d[i + 1]
-    t2 = t * t
-    u = 1.0 - t
-    value = (1.0 + 2.0 * t) * u * u * f0 + t * u * u * d0 + t2 * (3.0 - 2.0 * t) * f1 - t2 * u * d1
-    return jnp.where(x <= n - 1, value, 0.0)
+    return moffat_ft_slope(q2, table)[0]  # (under jit the unused slope is not computed)
 
 
 def psf_kwargs(psf) -> dict:
