@@ -89,6 +89,9 @@ SUMMARY_COLUMNS = [
     "config_hash",
     # the interim model's population fit (core/population.py)
     "shear_model", "pop_n_galaxies", "pop_ess_min", "pop_n_collapsed", "is_ess_min",
+    # False: a directory that is not in the campaign's plan (analysis/progress.py); empty
+    # without a campaign.json
+    "in_plan",
 ]  # fmt: skip
 
 
@@ -307,13 +310,16 @@ def extract_campaign(
 ) -> list[dict[str, Any]]:
     """Rows of every realization directory under ``root``, in path order.
 
-    Directories are read by ``workers`` processes (default: the CPU count;
-    ``1`` reads in this process; small campaigns are always read here), in
-    chunks of ``chunk`` directories. ``path`` is relative to ``root``.
+    Directories are read by ``workers`` processes (default: the CPUs this process may
+    use, :func:`shearbatch.slurm.allocated_cpus`: ``SLURM_CPUS_PER_TASK``, else the
+    affinity mask; ``1`` reads in this process; small campaigns are always read here),
+    in chunks of ``chunk`` directories. ``path`` is relative to ``root``.
     """
+    from ..slurm import allocated_cpus
+
     root = Path(root)
     dirs = find_realization_dirs(root)
-    workers = workers or os.cpu_count() or 1
+    workers = workers or allocated_cpus()
     chunks = [[str(p) for p in dirs[i : i + chunk]] for i in range(0, len(dirs), chunk)]
     logger.info("found %d realization directories under %s", len(dirs), root)
     bar = None
@@ -417,7 +423,7 @@ def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     df = pd.DataFrame(list(rows), columns=SUMMARY_COLUMNS)
     for col in ("seed", "pair_sign", "rotation", "n_rotations", "batch_size", "divergences"):
         df[col] = df[col].astype("Int64")
-    for col in ("passed_convergence", "truth_from_prior"):
+    for col in ("passed_convergence", "truth_from_prior", "in_plan"):
         df[col] = df[col].astype("boolean")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -376,8 +376,8 @@ class SbatchConfig(_Strict):
     """Shell lines run before bias-run (--sbatch-setup; empty: activate the virtual environment bias-run ran in). Example: ["module load cuda/12"]"""
     stats: bool = True
     """Also write the dependent bias-extract + bias-stats job (--sbatch-stats/--no-sbatch-stats)."""
-    level: str = "level_0"
-    """Acceptance level of the dependent bias-stats (--sbatch-level). Example: level_0"""
+    level: str | None = None
+    """Acceptance level of the dependent bias-stats, passed as its --level (--sbatch-level; null: bias-stats picks the campaign's own requirement from the frozen config.yaml). Example: level_0"""
 
 
 class CampaignConfig(_Strict):
