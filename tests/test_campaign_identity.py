@@ -180,8 +180,10 @@ def test_set_overrides_any_key_as_yaml_before_the_schema():
     rec = {o["key"]: o for o in plan.overrides}
     assert rec["image.noise.snr"] == {"key": "image.noise.snr", "value": 15,
                                       "source": "--set image.noise.snr=15"}  # fmt: skip
-    assert parse_sets(["a.b=null", "c=[1, 2]", "d=map"]) == {
-        "a.b": ("a.b=null", None), "c": ("c=[1, 2]", [1, 2]), "d": ("d=map", "map")}  # fmt: skip
+    sets = ["image.fft_size=null", "campaign.shear_grid=[1, 2]", "inference.method=map"]
+    assert parse_sets(sets) == {"image.fft_size": (sets[0], None),
+                                "campaign.shear_grid": (sets[1], [1, 2]),
+                                "inference.method": (sets[2], "map")}  # fmt: skip
 
 
 @pytest.mark.parametrize(

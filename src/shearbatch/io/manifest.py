@@ -191,8 +191,13 @@ def _show(v: Any) -> str:
 
 def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
     """The first (dotted key, value in ``a``, value in ``b``) where two JSON-like
-    configs differ (a key absent on one side counts as null), None when equal."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
+    configs (model dumps) differ (a key absent on one side counts as null; a fixed
+    parameter is its number; mappings of different ``type`` differ as a whole), None
+    when equal."""
+    fixed = [isinstance(x, Mapping) and x.get("type") == "Fixed" for x in (a, b)]
+    if any(fixed):  # a fixed parameter is written as its number
+        a, b = (x["value"] if f else x for x, f in zip((a, b), fixed, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and a.get("type") == b.get("type"):
         for k in sorted(set(a) | set(b), key=str):
             d = first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
             if d is not None:
