@@ -296,14 +296,14 @@ def plan_run(kw: RunOptions) -> Plan:
             )
         except ValueError as err:
             raise PlanError(f"--shear-grid/--shear-grid-g2/--g2-true: {err}") from None
-        if camp.shear_grid_g2 is None:
-            logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
-                        "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
     fft = {"model": spec.model.image.fft_size, "truth": spec.truth.image.fft_size}
     plan_info = plan_identity(camp, single=plan[0] if kw.g1_true is not None else None,
                               fft_size=fft)  # fmt: skip
     if not kw.overwrite:  # another campaign in the output root: refuse before anything
         check_campaign(output_dir, expect, plan_info, cfg.model_dump(mode="json"))
+    if plan_info["design"] == "grid" and camp.shear_grid_g2 is None:
+        logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
+                    "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
     mine = cp.array_slice(plan, task_id, task_count)
     # lanes of the compiled program: the campaign's, never this task's share or what is
     # left to do, so every array task (whatever its slice size), a resumed run and a

@@ -347,8 +347,9 @@ def write_frozen_config(root: str | Path, data: Mapping[str, Any]) -> Path:
     root = Path(root)
     path = root / FROZEN_CONFIG
     text = (
-        "# The config as run (after bias-run's flags and --set overrides), frozen with\n"
-        f"# {MANIFEST}: SLURM tasks and later stages read this copy, not the original file.\n"
+        "# The config as run: the file with bias-run's --set items and flags applied (listed\n"
+        f"# in {MANIFEST}'s overrides). SLURM tasks and later stages read this copy, not\n"
+        "# the original file.\n"
         + yaml.safe_dump(to_strict_json(dict(data)), sort_keys=False)
     )
     tmp = root / f".{FROZEN_CONFIG}.{socket.gethostname()}.{os.getpid()}.tmp"
