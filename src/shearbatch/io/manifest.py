@@ -349,8 +349,7 @@ def write_frozen_config(root: str | Path, data: Mapping[str, Any]) -> Path:
     text = (
         "# The config as run: the file with bias-run's --set items and flags applied (listed\n"
         f"# in {MANIFEST}'s overrides). SLURM tasks and later stages read this copy, not\n"
-        "# the original file.\n"
-        + yaml.safe_dump(to_strict_json(dict(data)), sort_keys=False)
+        "# the original file.\n" + yaml.safe_dump(to_strict_json(dict(data)), sort_keys=False)
     )
     tmp = root / f".{FROZEN_CONFIG}.{socket.gethostname()}.{os.getpid()}.tmp"
     try:
