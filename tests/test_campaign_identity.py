@@ -131,6 +131,8 @@ def test_without_config_the_roots_frozen_config_is_read(camp, tmp_path):
     assert res.exit_code == 0, res.output
     assert f"config: {root / 'config.yaml'}" in res.output
     assert "plan: 6 realizations" in res.output and "already complete: 6" in res.output
+    res = invoke(bias_run, ["--output-dir", root, "--show-config"])
+    assert res.exit_code == 0 and "  size_x: 16\n" in res.output, res.output
     # another root without config.yaml: the one-line error names both ways
     res = invoke(bias_run, ["--output-dir", tmp_path, "--dry-run"])
     one_line_error(res, "Missing option '--config'")

@@ -124,10 +124,10 @@ def _show_config(kw: dict[str, Any]) -> int:
 
     import yaml
 
-    from ..app.plan import load_with_flags
+    from ..app.plan import frozen_path, load_with_flags
     from ..schema import ConfigError, config_hash
 
-    path = kw["show_config"] or kw["config_path"]
+    path = kw["show_config"] or kw["config_path"] or frozen_path(_options(kw))
     if not path:
         raise _fail("--show-config: give a config (--show-config CONFIG or --config CONFIG)")
     try:
