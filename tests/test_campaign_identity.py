@@ -78,12 +78,13 @@ def test_the_manifest_and_the_frozen_config_record_the_campaign_as_run(camp):
         (["--paired"], "--paired/--no-paired / campaign.paired"),
         (["--rotations", "2"], "--rotations / campaign.rotations"),
         (["--shear-from-prior"], "design"),
+        (["--g1-true", "0.01"], "design (--g1-true single / --shear-grid grid"),
         (["--set", "gal.half_light_radius=0.6"],
          "--config (config hash): gal.half_light_radius is 0.6 here, 0.5 in "),
         (["--method", "vi"], "--method / inference.method"),
     ],
     ids=["shear_grid", "shear_grid_g2", "g2", "base_seed", "paired", "rotations", "design",
-         "config", "method"],
+         "single", "config", "method"],
 )  # fmt: skip
 def test_another_campaign_in_the_root_exits_2_naming_the_setting(camp, extra, named):
     root = camp[0]
@@ -93,9 +94,12 @@ def test_another_campaign_in_the_root_exits_2_naming_the_setting(camp, extra, na
         if flag in extra:
             i = args.index(flag)
             del args[i : i + (3 if flag == "--shear-grid" else 2)]
-    if "--shear-from-prior" in extra:
+    if "--shear-from-prior" in extra or "--g1-true" in extra:
         i = args.index("--shear-grid")
         del args[i : i + 3]
+        if "--g1-true" in extra:
+            i = args.index("--n-realizations")
+            del args[i : i + 2]
     res = invoke(bias_run, [*args, *extra])  # not a dry run: refused before computing
     one_line_error(res, named)
     assert "campaign.json (another campaign)" in res.output and "--overwrite" in res.output
@@ -123,6 +127,21 @@ def test_growing_n_realizations_resumes_and_grows_the_plan(camp):
     # fewer realizations: a part of the plan, nothing to do, the plan unchanged
     res = invoke(bias_run, [*base(root, n=1), "--dry-run"])
     assert res.exit_code == 0 and "to run: 0" in res.output, res.output
+
+
+def test_single_realizations_of_one_config_share_a_root(tmp_path):
+    """A root of --g1-true realizations takes more of them (another seed, another g1): its
+    campaign is the config, not one realization's shear and seed."""
+    root = tmp_path / "singles"
+    one = ["--config", LEVEL0, *SMALL, "--output-dir", root, "--no-progress"]
+    res = invoke(bias_run, [*one, "--g1-true", "0.01", "--seed", "3"])
+    assert res.exit_code == 0, res.output
+    res = invoke(bias_run, [*one, "--g1-true", "0.02", "--seed", "4", "--dry-run"])
+    assert res.exit_code == 0 and "to run: 1" in res.output, res.output
+    res = invoke(bias_run, [*one, "--g1-true", "0.02", "--seed", "4", "--x64", "--dry-run"])
+    assert res.exit_code == 0, res.output  # level0 is float64 already: the same campaign
+    res = invoke(bias_run, [*one, "--g1-true", "0.02", "--no-x64", "--dry-run"])
+    one_line_error(res, "--x64/--no-x64 / inference.precision (dtype): float32 differs")
 
 
 def test_without_config_the_roots_frozen_config_is_read(camp, tmp_path):
