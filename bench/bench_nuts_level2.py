@@ -11,7 +11,9 @@ The compiled batched program ``bias-run`` runs (``shearbatch.engine.build_progra
 
 For each NUTS setting (``--settings warmup:samples:chains:depth``, depth = the sampling
 phase's tree-depth cap; the config's ``max_tree_depth`` stays the warm-up's) it records the
-compile time, the median wall of ``--repeats`` post-compile calls, seconds per realization,
+compile time, the median wall of ``--repeats`` post-compile calls, seconds per realization
+(wall, and CPU seconds of both cores: on a loaded machine the CPU figure / 2 is what an idle
+2-core machine would take when the program keeps both cores busy),
 per lane the largest R-hat and the smallest bulk ESS of g1 and g2, divergences, and bulk
 ESS(g) per second of one core-pair (min over g1, g2 and lanes / seconds per realization).
 For Level 2 it estimates a 300-image campaign (300 x seconds per realization + one
@@ -25,6 +27,7 @@ Prints the figures and writes ``results/benchmarks/nuts_level2.json`` and ``.png
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import yaml
@@ -62,7 +65,9 @@ def measure(name: str, setting: str, b: int, repeats: int) -> dict[str, Any]:
     plan = plan_campaign([0.02], n_realizations=b, base_seed=0)
     built = build_program(spec, plan)
     compiled, compile_s = h.compile_aot(built.program, built.keys, built.sim.images)
+    cpu0 = time.process_time()
     first, times, out = h.time_calls(compiled, (built.keys, built.sim.images), repeats)
+    cpu_per_call = (time.process_time() - cpu0) / (repeats + 1)  # both cores' CPU seconds
     out = jax.tree.map(np.asarray, out)
     med = h.median(times)
     lanes = []
@@ -81,6 +86,7 @@ def measure(name: str, setting: str, b: int, repeats: int) -> dict[str, Any]:
         "config": name, "M": m, "B": len(plan), "warmup": warmup, "samples": samples,
         "chains": chains, "depth_sampling": depth, "compile_s": compile_s, "first_s": first,
         "median_s": med, "all_s": times, "s_per_realization": s_per_real,
+        "cpu_s_per_realization": cpu_per_call / len(plan),
         "s_per_galaxy": s_per_real / m, "ess_g_min": ess_min, "rhat_g_max": rhat_max,
         "ess_g_per_s": ess_min / s_per_real,
         "divergences": sum(r["divergences"] for r in lanes),
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = h.parser(__doc__, "nuts_level2", repeats=3)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--batch-snr30", type=int, default=16)
-    ap.add_argument("--settings", nargs="+", default=["200:500:4:3", "100:300:4:3"],
+    ap.add_argument("--settings", nargs="*", default=["200:500:4:3", "100:300:4:3"],
                     help="Level 2 NUTS settings warmup:samples:chains:depth")  # fmt: skip
     ap.add_argument("--settings-snr30", nargs="*", default=["200:500:4:3"])
     args = ap.parse_args(argv)
