@@ -40,6 +40,7 @@ from .stats import Fit, error_label
 __all__ = [
     "WORST_RULE",
     "coverage_figure",
+    "design_effect",
     "diagnostics_figure",
     "rank_figure",
     "residual_figure",
@@ -171,8 +172,13 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
         bins = n_bins or int(np.clip(r.size // 5, 2, 20))
         ax.hist(np.clip(r, 0, 1), bins=bins, range=(0, 1), color="C0", alpha=0.7, edgecolor="w")
         p = 1.0 / bins
-        lo, hi = st.binom.ppf([0.005, 0.995], r.size, p)
-        ax.axhspan(lo, hi, color="0.8", zorder=0, label="uniform: 99% band")
+        seeds = df["seed"].astype(str).to_numpy()[np.isfinite(df[col].to_numpy(float))] \
+            if "seed" in df.columns else None  # fmt: skip
+        deff = design_effect(r, seeds, bins)
+        lo, hi = deff * st.binom.ppf([0.005, 0.995], max(round(r.size / deff), 1), p)
+        label = "uniform: 99% band" + (f" (design effect {deff:.2g}: seeds shared by grid "
+                                       "points)" if deff > 1.0 else "")  # fmt: skip
+        ax.axhspan(lo, hi, color="0.8", zorder=0, label=label)
         ax.axhline(r.size * p, color="k", lw=1, label="uniform expectation")
         res = sbc_res.get(comp, {}) if applied else {}
         pv = f", χ² p = {res['p_value']:.3f}" if "p_value" in res else ""
@@ -186,10 +192,40 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
     return fig
 
 
+def design_effect(ranks: np.ndarray, seeds: np.ndarray | None, bins: int) -> float:
+    """Variance inflation of the rank histogram's bin counts when realizations share seeds.
+
+    A seed's realizations (its grid points, pair twins and rotations share the galaxy and
+    the noise) have correlated ranks, so a bin count varies more than a binomial over the
+    rows. Per bin ``b``, the cluster (between-seed) estimate of the count's variance,
+    ``G / (G - 1) sum_g (S_gb - k_g p_b)^2`` (``S_gb`` the seed's rows in the bin, ``k_g``
+    its rows, ``p_b`` the bin's observed fraction), over the binomial ``n p_b (1 - p_b)``,
+    pooled over bins and clipped to ``[1, max k_g]`` (1: independent; ``k``: a seed's rows
+    share one rank). The 99% band is then that of ``deff * Binomial(n / deff, 1 / bins)``.
+    """
+    if seeds is None or ranks.size < 2:
+        return 1.0
+    _, inv, k = np.unique(seeds, return_inverse=True, return_counts=True)
+    g = k.size
+    if g < 2 or k.max() == 1:
+        return 1.0
+    idx = np.clip((np.clip(ranks, 0, 1) * bins).astype(int), 0, bins - 1)
+    num = den = 0.0
+    for b in range(bins):
+        inside = (idx == b).astype(float)
+        pb = inside.mean()
+        if pb in (0.0, 1.0):
+            continue
+        s_g = np.bincount(inv, weights=inside, minlength=g)
+        num += g / (g - 1) * np.sum((s_g - k * pb) ** 2)
+        den += ranks.size * pb * (1 - pb)
+    return float(np.clip(num / den, 1.0, k.max())) if den > 0 else 1.0
+
+
 #: what "worst" means, printed on the diagnostics figure and in bias-stats --help
 WORST_RULE = (
     "worst = failing convergence first, then the largest R-hat - 1, then the largest "
-    "pull |g_mean - g_true| / g_std summed over g1 and g2"
+    "pull |g_mean - g_true| / g_std summed over g1 and g2; one realization per seed"
 )
 
 
@@ -197,7 +233,9 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
     """Run ids of the ``k`` worst-converged ok realizations (:data:`WORST_RULE`).
 
     Order: not passing convergence first, then the largest R-hat, then the
-    smallest bulk ESS, then the largest pull ``|g_hat - g_true| / std``.
+    smallest bulk ESS, then the largest pull ``|g_hat - g_true| / std``; at most one
+    realization per seed (a seed's grid points share its galaxy and noise, so the same
+    seed would fill every row).
     """
     ok = df[df["status"].astype(str) == "ok"].copy()
     if ok.empty:
@@ -210,8 +248,18 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
             key += 1e6 * np.nan_to_num(ok[f"rhat_{comp}"].to_numpy(float) - 1.0)
         pull = np.abs(ok[f"{comp}_mean"].to_numpy(float) - ok[f"{comp}_true"].to_numpy(float))
         key += np.nan_to_num(pull / ok[f"{comp}_std"].to_numpy(float))
-    order = np.argsort(-key, kind="stable")[:k]
-    return ok["run_id"].to_numpy(object)[order].tolist()
+    order = np.argsort(-key, kind="stable")
+    seeds = ok["seed"].astype(str).to_numpy() if "seed" in ok.columns else None
+    out, seen = [], set()
+    for i in order:
+        s = seeds[i] if seeds is not None else i
+        if s in seen:
+            continue
+        seen.add(s)
+        out.append(ok["run_id"].to_numpy(object)[i])
+        if len(out) == k:
+            break
+    return out
 
 
 def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
