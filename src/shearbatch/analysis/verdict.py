@@ -255,6 +255,8 @@ def planning(
         z, thr, err, x = c["z"], c["threshold"], c["err"], c["value"]
         seeds = c["dof"] + 1 if c.get("dof") is not None else n_seeds  # the fit's seeds
         p = plan(x, err, thr, z, n_used, seeds)
+        if c["status"] != "inconclusive":  # decided: nothing left to confirm
+            p.update(n_confirm_fail=None, n_pass_at_estimate=None)
         row = {"name": c["name"], "value": x, "err": err, "threshold": thr,
                "status": c["status"], **p}  # fmt: skip
         rows.append(row)
@@ -271,7 +273,7 @@ def planning(
         q0 = quantile(z, max(int(n0 / per_seed), 2))
         text = (
             f"~{n0} realizations to PASS < {thr:g} if the true value is 0 "
-            f"[{n_used}·({q0:.3g}·{err:.3g}/{thr:g})² = "
+            f"[{n_used}·({q0:.4g}·{err:.4g}/{thr:g})² = "
             f"{n_used * (q0 * err / thr) ** 2:.0f}, q at {int(n0 / per_seed)} seeds]"
         )
         if p["n_confirm_fail"]:
@@ -299,7 +301,7 @@ def planning(
             need[k] = n_for_sigma(f.m_err, target_sigma_m, n_used)
             lines.append(f"  sigma_{k} = {target_sigma_m:g}: ~{need[k]} realizations "
                          f"(~{math.ceil(need[k] / per_seed)} seeds) of this design "
-                         f"[{n_used}·({f.m_err:.3g}/{target_sigma_m:g})²]")  # fmt: skip
+                         f"[{n_used}·({f.m_err:.4g}/{target_sigma_m:g})²]")  # fmt: skip
         out["n_for_target"] = need
     out["notes"] = notes
     out["lines"] = lines + [f"  NOTE {n}" for n in notes]

@@ -191,11 +191,11 @@ def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: P
 
     from ..analysis.plots import stamps_figure
     from ..io import POSTERIOR, TRUTH, find_realization_dirs, read_json
-    from ..schema import parse_config
+    from ..schema import Config
     from ..spec import run_spec
     from .preview import models_at_estimate
 
-    spec = run_spec(parse_config(cfg))
+    spec = run_spec(Config.model_validate(cfg))  # validated when run; no dialect warnings
     where = {p.name: p for p in find_realization_dirs(root)}
     images, reals, homes = [], [], []
     for rid in run_ids:
