@@ -174,32 +174,20 @@ def decide(
     bound = "z·σ" if n_seeds is None else f"{q:.3g}·σ (Student-t, {n_seeds - 1} dof)"
     why = (f"|x| < threshold < |x| + {bound}" if a < threshold
            else f"|x| - {bound} <= threshold <= |x|")  # fmt: skip
-    if p["n_confirm_fail"]:
-        return (
-            "inconclusive",
-            p["n_confirm_fail"],
-            (
-                f"{why}; bias detected (|x| > {q:.3g}·σ): ~{p['n_confirm_fail']} realizations "
-                "to confirm a FAIL"
-            ),
-        )
-    if p["n_pass_at_estimate"]:
-        return (
-            "inconclusive",
-            p["n_pass_at_estimate"],
-            (
-                f"{why}; bias detected (|x| > {q:.3g}·σ): ~{p['n_pass_at_estimate']} "
-                "realizations to PASS if it stays at the estimate"
-            ),
-        )
+    if p["detected"]:  # the estimate is signal: what it takes if it stays there
+        why += f"; bias detected (|x| > {q:.3g}·σ)"
+        if p["n_confirm_fail"]:
+            return "inconclusive", p["n_confirm_fail"], (
+                f"{why}: ~{p['n_confirm_fail']} realizations to confirm a FAIL")  # fmt: skip
+        if p["n_pass_at_estimate"]:
+            return "inconclusive", p["n_pass_at_estimate"], (
+                f"{why}: ~{p['n_pass_at_estimate']} realizations to PASS if it stays at the "
+                "estimate")  # fmt: skip
+        return "inconclusive", None, f"{why}, on the threshold: no number of realizations decides"
     need = p["n_pass_if_zero"]
-    if not p["detected"]:
-        why += f"; |x| within {q:.3g}·σ of zero (no bias detected)"
-    return (
-        "inconclusive",
-        need,
-        why + (f"; ~{need} realizations to PASS if the true bias is 0" if need else ""),
-    )
+    why += f"; |x| within {q:.3g}·σ of zero (no bias detected)"
+    return "inconclusive", need, why + (
+        f"; ~{need} realizations to PASS if the true bias is 0" if need else "")  # fmt: skip
 
 
 def n_for_sigma(err: float, target: float, n_used: int) -> int | None:
