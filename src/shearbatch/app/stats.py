@@ -42,6 +42,7 @@ class CampaignInput(NamedTuple):
     summary: Path
     root: Path | None
     extracted: bool
+    progress: str = ""  # bias-extract's campaign line, when extracted
 
 
 def is_campaign(root: Path) -> bool:
@@ -75,22 +76,24 @@ def summary_is_fresh(summary: Path, root: Path) -> bool:
     return True
 
 
-def extract_to(root: Path, out: Path, workers: int | None = None,
-               progress: bool = False) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
-    """bias-extract's work: the rows of every realization under ``root`` plus the planned
-    ones not started (:func:`~shearbatch.analysis.progress.campaign_progress`), written to
-    ``out`` (and the population sidecar); returns ``(rows, progress)``. ``ValueError`` for
-    a campaign without realization directories or with mixed population priors."""
+def extract_to(root: Path, out: Path, thresholds: Any = None, workers: int | None = None,
+               progress: bool = False) -> tuple[list[dict[str, Any]], Any, Path | None]:  # fmt: skip
+    """bias-extract's work: the rows of every realization under ``root`` (NUTS gates
+    re-evaluated at ``thresholds``; default the built-in ones) plus the planned ones not
+    started (:func:`~shearbatch.analysis.progress.campaign_progress`), written to ``out``
+    and the population sidecar; returns ``(rows, progress, sidecar or None)``.
+    ``ValueError`` for a campaign without realization directories or with mixed population
+    priors."""
     from ..analysis import extract as ex
     from ..analysis.progress import campaign_progress
 
-    rows = ex.extract_campaign(root, workers=workers, progress=progress)
+    th = ex.DEFAULT_THRESHOLDS if thresholds is None else thresholds
+    rows = ex.extract_campaign(root, th, workers=workers, progress=progress)
     rows, prog = campaign_progress(root, rows)
     if not rows:
         raise ValueError(f"no realization directories under {root}")
     ex.write_summary(rows, out)
-    ex.write_population(rows, ex.population_path(out))
-    return rows, prog
+    return rows, prog, ex.write_population(rows, ex.population_path(out))
 
 
 def campaign_root(path: Path, posterior_dir: str | None) -> Path | None:
@@ -121,8 +124,8 @@ def resolve_input(path: Path, posterior_dir: str | None, workers: int | None = N
         if summary_is_fresh(summary, path):
             logger.info("%s is newer than every realization file: reused", summary)
             return CampaignInput(summary, path, False)
-        extract_to(path, summary, workers, progress)
-        return CampaignInput(summary, path, True)
+        _, prog, _ = extract_to(path, summary, workers=workers, progress=progress)
+        return CampaignInput(summary, path, True, prog.line())
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found (give a campaign directory or a summary.csv)")
     return CampaignInput(path, campaign_root(path, posterior_dir), False)

@@ -250,7 +250,8 @@ def bias_stats(**kw: Any) -> int:
     except (ValueError, OSError) as err:
         raise _fail(f"--input: {err}") from None
     if inp.extracted:
-        click.echo(f"extracted {inp.summary} (none, or older than a realization file)")
+        click.echo(f"extracted {inp.summary} (none, or older than a realization file); "
+                   f"campaign: {inp.progress}")  # fmt: skip
     posterior_dir = kw["posterior_dir"] or (str(inp.root) if src.is_dir() else None)
     try:
         df = pd.read_csv(inp.summary, dtype={"run_id": str, "pair_id": str, "status": str})
