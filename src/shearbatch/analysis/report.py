@@ -192,7 +192,8 @@ def render_report(
                                                            if c.get("quantile") else "")), thr,
                      f"<span class='{c['status']}'>{_esc(c['status'].upper())}</span>",
                      _esc(c.get("reason") or "") + (f" (needs ~{c['n_needed']} realizations)"
-                                                    if c.get("n_needed") else "")])  # fmt: skip
+                                                    if c.get("n_needed") and "realizations"
+                                                    not in (c.get("reason") or "") else "")])  # fmt: skip
     parts += ["<h2>Acceptance criteria</h2>",
               _table(["criterion", "value", "± error", "error method", "threshold", "status",
                       "note"], rows)]  # fmt: skip
