@@ -137,17 +137,25 @@ def test_c_without_rings_points_to_rings():
     assert any("--rotations 2" in n for n in res["planning"]["notes"])
 
 
-def test_design_effect_widens_the_rank_band_when_seeds_share_ranks():
-    from shearbatch.analysis.plots import design_effect
+def test_rank_band_is_drawn_per_independent_seed():
+    """100 seeds x 4 grid points sharing each seed's rank (uniform): a bin's count leaves
+    the per-seed 99% band in about 1% of draws; the binomial band over the 400 rows
+    (what the figure drew before) is left far more often."""
+    from scipy import stats as st
+
+    from shearbatch.analysis.plots import seed_band
 
     rng = np.random.default_rng(3)
-    r = rng.uniform(size=400)
-    assert design_effect(r, np.arange(400), 10) == 1.0  # one row per seed
-    shared = np.repeat(rng.uniform(size=100), 4)  # 4 grid points share each seed's rank
-    deff = design_effect(shared, np.repeat(np.arange(100), 4), 10)
-    assert deff == pytest.approx(4.0, rel=0.05)
-    indep = design_effect(r, np.repeat(np.arange(100), 4), 10)
-    assert 1.0 <= indep < 1.6  # independent ranks within a seed: no inflation (noise only)
+    seeds = np.repeat(np.arange(100), 4)
+    lo, hi, k = seed_band(400, seeds, 0.1)
+    assert k == 4 and (lo, hi) == tuple(4 * st.binom.ppf([0.005, 0.995], 100, 0.1))
+    assert seed_band(400, np.arange(400), 0.1)[:2] == tuple(st.binom.ppf([0.005, 0.995], 400, 0.1))
+    naive = st.binom.ppf([0.005, 0.995], 400, 0.1)
+    counts = np.array([np.histogram(np.repeat(rng.uniform(size=100), 4), 10, (0, 1))[0]
+                       for _ in range(2000)])  # fmt: skip
+    outside = np.mean((counts < lo) | (counts > hi))
+    assert outside < 0.02  # the band's nominal 1% (a binomial CI over 20,000 bins: +-0.2%)
+    assert np.mean((counts < naive[0]) | (counts > naive[1])) > 0.1
 
 
 def test_worst_realizations_are_one_per_seed():

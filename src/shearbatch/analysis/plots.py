@@ -13,7 +13,8 @@ so nothing here touches pyplot's global state or the user's backend.
   with the expected value, its two-sided binomial band and the test's status
   (pass, fail, or inconclusive with too few independent seeds).
 - :func:`rank_figure`: histograms of the truth's rank among the draws (SBC;
-  a PIT histogram when the truths were not drawn from the prior).
+  a PIT histogram when the truths were not drawn from the prior), with the uniform
+  99% band drawn per independent seed (:func:`seed_band`).
 - :func:`diagnostics_figure`: per-method diagnostics of the worst
   realizations (:data:`WORST_RULE`), read from their ``posterior.nc``: trace and
   rank plots per chain for NUTS; draws against the Laplace / guide Gaussian for
@@ -40,10 +41,10 @@ from .stats import Fit, error_label
 __all__ = [
     "WORST_RULE",
     "coverage_figure",
-    "design_effect",
     "diagnostics_figure",
     "rank_figure",
     "residual_figure",
+    "seed_band",
     "stamps_figure",
     "trace_figure",
     "worst_converged",
@@ -174,10 +175,9 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
         p = 1.0 / bins
         seeds = df["seed"].astype(str).to_numpy()[np.isfinite(df[col].to_numpy(float))] \
             if "seed" in df.columns else None  # fmt: skip
-        deff = design_effect(r, seeds, bins)
-        lo, hi = deff * st.binom.ppf([0.005, 0.995], max(round(r.size / deff), 1), p)
-        label = "uniform: 99% band" + (f" (design effect {deff:.2g}: seeds shared by grid "
-                                       "points)" if deff > 1.0 else "")  # fmt: skip
+        lo, hi, k = seed_band(r.size, seeds, p)
+        label = "uniform: 99% band" + (f" per independent seed ({r.size / k:.0f} seeds, "
+                                       f"{k:.2g} realizations each)" if k > 1 else "")  # fmt: skip
         ax.axhspan(lo, hi, color="0.8", zorder=0, label=label)
         ax.axhline(r.size * p, color="k", lw=1, label="uniform expectation")
         res = sbc_res.get(comp, {}) if applied else {}
@@ -192,34 +192,21 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
     return fig
 
 
-def design_effect(ranks: np.ndarray, seeds: np.ndarray | None, bins: int) -> float:
-    """Variance inflation of the rank histogram's bin counts when realizations share seeds.
+def seed_band(n: int, seeds: np.ndarray | None, p: float, level: float = 0.99) -> tuple:
+    """``(lo, hi, per_seed)``: the central ``level`` band of a rank-histogram bin count
+    (probability ``p`` per realization) drawn per independent seed.
 
     A seed's realizations (its grid points, pair twins and rotations share the galaxy and
     the noise) have correlated ranks, so a bin count varies more than a binomial over the
-    rows. Per bin ``b``, the cluster (between-seed) estimate of the count's variance,
-    ``G / (G - 1) sum_g (S_gb - k_g p_b)^2`` (``S_gb`` the seed's rows in the bin, ``k_g``
-    its rows, ``p_b`` the bin's observed fraction), over the binomial ``n p_b (1 - p_b)``,
-    pooled over bins and clipped to ``[1, max k_g]`` (1: independent; ``k``: a seed's rows
-    share one rank). The 99% band is then that of ``deff * Binomial(n / deff, 1 / bins)``.
+    ``n`` rows: up to ``per_seed`` times more when a seed's realizations share one rank.
+    The band is that limit, ``per_seed * Binomial(G, p)`` over the ``G`` seeds
+    (``per_seed = n / G``), which never understates the scatter of positively correlated
+    ranks; one realization per seed gives the plain binomial band.
     """
-    if seeds is None or ranks.size < 2:
-        return 1.0
-    _, inv, k = np.unique(seeds, return_inverse=True, return_counts=True)
-    g = k.size
-    if g < 2 or k.max() == 1:
-        return 1.0
-    idx = np.clip((np.clip(ranks, 0, 1) * bins).astype(int), 0, bins - 1)
-    num = den = 0.0
-    for b in range(bins):
-        inside = (idx == b).astype(float)
-        pb = inside.mean()
-        if pb in (0.0, 1.0):
-            continue
-        s_g = np.bincount(inv, weights=inside, minlength=g)
-        num += g / (g - 1) * np.sum((s_g - k * pb) ** 2)
-        den += ranks.size * pb * (1 - pb)
-    return float(np.clip(num / den, 1.0, k.max())) if den > 0 else 1.0
+    g = n if seeds is None else max(len(np.unique(seeds)), 1)
+    k = n / g
+    lo, hi = st.binom.ppf([(1 - level) / 2, (1 + level) / 2], g, p)
+    return k * lo, k * hi, k
 
 
 #: what "worst" means, printed on the diagnostics figure and in bias-stats --help

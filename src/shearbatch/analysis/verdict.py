@@ -258,11 +258,12 @@ def planning(
         if n0 is None:
             lines.append(head + "no finite number of realizations decides")
             continue
-        q0 = quantile(z, max(int(n0 / per_seed), 2))
+        s0 = max(int(n0 / per_seed), 2)  # the seeds of n0 realizations, as n_needed counts
+        q0 = quantile(z, s0)
         text = (
             f"~{n0} realizations to PASS < {thr:g} if the true value is 0 "
-            f"[{n_used}·({q0:.4g}·{err:.4g}/{thr:g})² = "
-            f"{n_used * (q0 * err / thr) ** 2:.0f}, q at {int(n0 / per_seed)} seeds]"
+            f"[the smallest N >= {n_used}·(q·{err:.4g}/{thr:g})² = "
+            f"{n_used * (q0 * err / thr) ** 2:.1f} with q = {q0:.4g} at {s0} seeds]"
         )
         if p["n_confirm_fail"]:
             text += f"; ~{p['n_confirm_fail']} to confirm a FAIL"
