@@ -263,7 +263,7 @@ def planning(
         text = (
             f"~{n0} realizations to PASS < {thr:g} if the true value is 0 "
             f"[the smallest N >= {n_used}·(q·{err:.4g}/{thr:g})² = "
-            f"{n_used * (q0 * err / thr) ** 2:.1f} with q = {q0:.4g} at {s0} seeds]"
+            f"{n_used * (q0 * err / thr) ** 2:.1f} with q = {q0:.5g} at {s0} seeds]"
         )
         if p["n_confirm_fail"]:
             text += f"; ~{p['n_confirm_fail']} to confirm a FAIL"
