@@ -101,8 +101,10 @@ class Campaign:
         from .analysis import acceptance
         from .analysis import extract as ex
         from .analysis.pooled import from_arrays
+        from .analysis.progress import campaign_progress
 
         rows = ex.extract_campaign(self.root, workers=1, progress=False)
+        rows, _ = campaign_progress(self.root, rows)  # planned, not started: unfinished
         df = pd.DataFrame(rows, columns=list(ex.SUMMARY_COLUMNS))
         arrays = ex.population_arrays(rows)  # interim model: pooled per grid point
         population = None if arrays is None else from_arrays(arrays)

@@ -226,8 +226,8 @@ def bias_stats(**kw: Any) -> int:
     report = kw["report"] if kw["report"] is not None or not src.is_dir() else out / "report.html"
     if report is not None and Path(report).is_dir():
         raise _fail(f"--report: {report} is a directory")
-    if src.is_dir():
-        _check_out_path("--input", src)  # summary.csv may be written there
+    if src.is_dir() and not app_stats.summary_is_fresh(src / app_stats.SUMMARY, src):
+        _check_out_path("--input", src)  # summary.csv will be written there
     camp_req, where = app_stats.campaign_requirement(
         app_stats.campaign_root(src, kw["posterior_dir"])
     )
