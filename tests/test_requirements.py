@@ -143,3 +143,13 @@ def test_acceptance_overrides_may_name_the_preset_or_its_alias(tmp_path):
     acc.write_text("acceptance:\n  lsst: {z: 3}\n")
     with pytest.raises(ValueError, match=r"acceptance\.lsst: unknown requirement"):
         acceptance.load_acceptance(str(acc), "level0")
+
+
+def test_output_dir_takes_the_results_and_report_of_a_campaign_directory(tmp_path):
+    root = _campaign(tmp_path, "euclid")
+    out = tmp_path / "elsewhere"
+    res = CliRunner().invoke(bias_stats, ["--input", str(root), "--output-dir", str(out),
+                                          "--no-plots"])  # fmt: skip
+    assert res.exit_code in (0, 1, 3), res.output
+    assert (out / "bias_results.json").is_file() and (out / "report.html").is_file()
+    assert not (root / "bias_results.json").exists() and not (root / "report.html").exists()
