@@ -100,6 +100,9 @@ def draw(fig, res: dict) -> None:
     ax[1].set_ylim(bottom=0)
     ax[1].set(xlabel="M", ylabel="program MiB / (B M)", title="memory per galaxy-lane")
     rows = res["vs_chunk"]
+    if not rows:
+        ax[2].set_visible(False)
+        return
     cs = [r["chunk"] for r in rows]
     ax[2].plot(cs, [r["lockstep_efficiency"] for r in rows], "o-", label="lockstep efficiency")
     best = max(r["galaxies_per_s"] for r in rows)

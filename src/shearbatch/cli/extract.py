@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..app.stats import SUMMARY
 from .options import (
     _check_out_path,
     _Command,
@@ -80,7 +81,7 @@ def bias_extract(**kw: Any) -> int:
         raise _fail(f"--input-dir: {root} is not a directory")
     if kw["workers"] is not None and kw["workers"] < 1:
         raise _fail(f"--workers: must be >= 1, got {kw['workers']}")
-    out = Path(kw["output"]) if kw["output"] is not None else root / "summary.csv"
+    out = Path(kw["output"]) if kw["output"] is not None else root / SUMMARY
     _check_out_path("--output", out, is_dir=False)
     try:
         th = ex.load_thresholds(kw["convergence_config"])

@@ -407,6 +407,8 @@ class CampaignConfig(_Strict):
     """SBC: each realization's true shear drawn from gal.shear instead of a grid (--shear-from-prior)."""
     sbatch: SbatchConfig = SbatchConfig()
     """What bias-run --emit-sbatch asks SLURM for (section campaign.sbatch; each key overridden by its --sbatch-<key> flag)."""
+    requirement: str | None = None
+    """The acceptance requirement bias-stats judges this campaign against when no --requirement is given: a preset name of docs/requirements.md (null: level0). Example: survey_snr30"""
 
     @model_validator(mode="after")
     def _ring_needs_grid(self) -> CampaignConfig:
@@ -423,6 +425,15 @@ class CampaignConfig(_Strict):
             for g in v:
                 if not abs(g) < 1:
                     raise ValueError(f"|g| must be < 1, got {g}")
+        return v
+
+    @field_validator("requirement")
+    @classmethod
+    def _requirement(cls, v: str | None) -> str | None:
+        if v is not None:
+            from .requirements import resolve
+
+            resolve(v)  # ValueError naming the presets
         return v
 
     @field_validator("g2")

@@ -28,7 +28,7 @@ class MapConfig(_Strict):
     """
 
     optimizer: Literal["newton", "gauss_newton", "lbfgs", "adam"] = "newton"
-    """Damped Newton with the exact Hessian (default), Gauss-Newton (the stamps' J^T W J plus the prior's Hessian far from the mode, exact Newton for the last steps), L-BFGS or Adam (large models). Gauss-Newton measured (bench/bench_cost.py, docs/results/cost_map.md): the same modes (within 1e-5 posterior sd) with 1.2x (Level 0), 1.7x (survey S/N 30), 2.6x (M = 8) and 8.7x (Level 2, M = 32) the galaxies/s of newton; configs/level2.yaml uses it. Not the default: in float32 at Level 0's S/N 1.2e5 it ended one of four test realizations unconverged (decrement 1.3e-3) where exact Newton converged."""
+    """Damped Newton with the exact Hessian (default), Gauss-Newton (the stamps' J^T W J plus the prior's Hessian far from the mode, exact Newton for the last steps), L-BFGS or Adam (large models). Gauss-Newton (bench/bench_cost.py, docs/benchmarks.md): the same modes (within 1e-5 posterior sd), faster where galaxies have free shapes (3.8x at 8 and 7.2x at 32 galaxies per realization, 2.6x for one galaxy at survey S/N 30, 1.1x at Level 0); configs/level2.yaml uses it. Not the default because of float32 at very high S/N: at Level 0's S/N 1.2e5 both optimizers stop on float32's rounding floor at the step limit, and more Gauss-Newton lanes end above the convergence rule (4 of 16 against 1 of 16 for newton, docs/results/cost_map.md)."""
     num_steps: Count = 200
     """[iterations] Optimiser steps at most."""
     learning_rate: Positive | None = None
