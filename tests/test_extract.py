@@ -87,8 +87,10 @@ def test_extract_reports_each_status_and_stats_excludes_them(damaged, tmp_path):
     frac = next(c for c in results["criteria"] if c["name"] == "fraction converged")
     assert frac["value"] == pytest.approx(0.9) and not frac["passed"]
     assert frac["status"] == "fail" and results["verdict"] == "INCONCLUSIVE"
-    assert "verdict: INCONCLUSIVE (exit 3) unfinished: 10 of 12 planned realizations complete" \
+    assert (
+        "verdict: INCONCLUSIVE (exit 3) unfinished: 10 of 12 planned realizations complete"
         " (on the complete ones: FAIL)" in res.output
+    )
 
 
 def test_old_convergence_json_without_map_estimate_leaves_the_mode_empty(campaign, tmp_path):

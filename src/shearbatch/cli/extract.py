@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..app.stats import SUMMARY
+from ..app.stats import SUMMARY, extract_to
 from .options import (
     _check_out_path,
     _Command,
@@ -72,7 +72,7 @@ def bias_extract(**kw: Any) -> int:
     marked in_plan = False in summary.csv.
     """
     from ..analysis import extract as ex
-    from ..analysis.progress import campaign_progress, mixed_warning
+    from ..analysis.progress import mixed_warning
     from ..io.manifest import MANIFEST
 
     _setup_logging(kw["verbose"])
@@ -92,13 +92,8 @@ def bias_extract(**kw: Any) -> int:
     progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
     if not ex.find_realization_dirs(root) and not (root / MANIFEST).is_file():
         raise _fail(f"--input-dir: no realization directories under {root}")
-    rows = ex.extract_campaign(root, th, workers=kw["workers"], progress=progress)
-    rows, prog = campaign_progress(root, rows)
-    if not rows:
-        raise _fail(f"--input-dir: no realization directories under {root}")
-    ex.write_summary(rows, out)
-    try:
-        pop_path = ex.write_population(rows, ex.population_path(out))
+    try:  # the one extraction, shared with bias-stats --input <campaign dir>
+        rows, prog, pop_path = extract_to(root, out, th, kw["workers"], progress)
     except ValueError as err:
         raise _fail(f"--input-dir: {err}") from None
     counts = ex.status_counts(rows)
