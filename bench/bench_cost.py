@@ -37,6 +37,7 @@ def config(m: int | None, optimizer: str = "newton", name: str = "level2") -> di
     if m is not None:
         raw["image"]["n_objects"] = m
     raw["inference"]["method"] = "map"
+    raw["inference"]["shear_model"] = "joint"  # the shared-shear model whose cost M sets
     raw["inference"]["map_config"]["optimizer"] = optimizer
     return raw
 

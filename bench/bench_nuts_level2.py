@@ -42,6 +42,7 @@ CAMPAIGN_IMAGES = 300
 def config(name: str, warmup: int, samples: int, chains: int, depth: int) -> dict[str, Any]:
     raw = yaml.safe_load((h.ROOT / "configs" / f"{name}.yaml").read_text())
     raw["inference"]["method"] = "nuts"
+    raw["inference"]["shear_model"] = "joint"  # M galaxies sharing one shear
     nc = raw["inference"].setdefault("nuts_config", {})
     nc.update(warmup=warmup, samples=samples, chains=chains, max_tree_depth_sampling=depth)
     nc.setdefault("max_tree_depth", max(depth, 4))
