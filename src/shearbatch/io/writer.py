@@ -15,8 +15,9 @@
   directly (measured ~2.5x cheaper per file than building an xarray DataTree,
   ``bench/bench_throughput.py``); the file reads back with ``xarray.open_datatree``
   and ``arviz.from_netcdf`` exactly as before.
-- ``convergence.json``: method-aware diagnostics and ``status`` ("ok" or
-  "failed" with a ``reason``); strict JSON (non-finite numbers become null).
+- ``convergence.json``: a :class:`~shearbatch.core.convergence.Convergence` record
+  (method-aware diagnostics and ``status``, "ok" or "failed" with a ``reason``);
+  strict JSON (non-finite numbers become null).
 
 Every file goes to a temporary name ``.<name>.<host>.<pid>.<random>.tmp`` in the
 same directory, created with the user's umask, and is renamed into place;
@@ -55,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
+from ..core.convergence import Convergence
 from .layout import CONVERGENCE, FILES, POSTERIOR, TRUTH
 from .variables import VARIABLES
 
@@ -260,9 +262,10 @@ def write_realization(
     observed: np.ndarray,
     attrs: Mapping[str, Any],
     truth: Mapping[str, Any],
-    convergence: Mapping[str, Any],
+    convergence: Convergence | Mapping[str, Any],
 ) -> Path:
-    """Write one realization's three files atomically; ``convergence.json`` last.
+    """Write one realization's three files atomically; ``convergence.json`` last
+    (``convergence``: its record, or the mapping to write as it is).
 
     On failure the files this call wrote are removed (the realization is absent or,
     if its directory held other files, incomplete) and the error propagates.
@@ -276,7 +279,8 @@ def write_realization(
             d / POSTERIOR,
             lambda tmp: write_posterior_nc(tmp, posterior, sample_stats, observed, attrs),
         )
-        write_json(d / CONVERGENCE, convergence)
+        conv = convergence.to_json() if isinstance(convergence, Convergence) else convergence
+        write_json(d / CONVERGENCE, conv)
     except BaseException:
         for name in (CONVERGENCE, POSTERIOR, TRUTH):
             (d / name).unlink(missing_ok=True)
