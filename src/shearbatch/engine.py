@@ -43,7 +43,7 @@ from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
 from .core.posterior import build_posterior
 from .core.priors import PRIOR_PULL_MAX, campaign_pull, prior_sd, shrinkage
-from .io import WriteError, WriterPool, clean_orphans, write_realization
+from .io import Record, WriteError, WriterPool, clean_orphans, write_record
 from .io.writer import describe_write_error
 from .spec import RunSpec
 
@@ -158,9 +158,9 @@ class _Serial:
     def __init__(self) -> None:
         self.written: list[str] = []
 
-    def submit(self, directory: Path, record: dict[str, Any]) -> None:
+    def submit(self, directory: Path, record: Record) -> None:
         try:
-            write_realization(directory, **record)
+            write_record(directory, record)
         except Exception as err:
             raise WriteError(describe_write_error(directory, err)) from err
         self.written.append(str(directory))
@@ -268,11 +268,11 @@ def run_campaign(
             for b, r in enumerate(batch):
                 lane = jax.tree.map(lambda a, b=b: a[b], draws)
                 rec = records(spec, method, r, lane, obs[b], sim, b, dtype, float(chi2[b]))
-                conv = rec["convergence"] = rec["convergence"].replace(
+                conv = rec.convergence.replace(
                     batch={**report, "lane": b}, runtime_s=t_infer / len(batch),
                     provenance=dict(provenance or {}),
                 )  # fmt: skip
-                sink.submit(out_dir(output_dir, r), {"observed": obs[b], **rec})
+                sink.submit(out_dir(output_dir, r), rec._replace(convergence=conv))
                 for site, v in conv.prior.items():
                     pulls.setdefault(site, []).append(v["shrinkage"])
                 status[str(out_dir(output_dir, r))] = conv.status
@@ -331,9 +331,10 @@ def _progress_bar(on: bool, total: int, desc: str):
 def records(
     spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b: int, dtype: str,
     chi2: float = math.nan,
-):  # fmt: skip
-    """posterior / sample_stats / attrs / truth of one realization, and its
-    :class:`~shearbatch.core.convergence.Convergence` record (``convergence``)."""
+) -> Record:  # fmt: skip
+    """The :class:`~shearbatch.io.Record` of one realization (``obs``: its stamps): draws,
+    per-draw statistics, attributes, truth and its
+    :class:`~shearbatch.core.convergence.Convergence` record."""
     diag = method.diagnose(lane)
     common, details = fl.common_flags(obs, lane.samples)
     influence = prior_influence(spec, lane.samples)
@@ -372,13 +373,14 @@ def records(
     if spec.population is not None:  # the interim model: what the population fit needs
         attrs.update(interim_attrs(spec))
         conv = conv.replace(shear_model="interim", point_estimate="population")
-    return {
-        "posterior": lane.samples,
-        "sample_stats": diag.sample_stats,
-        "attrs": attrs,
-        "truth": truth_record(spec, r, sim, b),
-        "convergence": conv,
-    }
+    return Record(
+        posterior=lane.samples,
+        sample_stats=diag.sample_stats,
+        observed=obs,
+        attrs=attrs,
+        truth=truth_record(spec, r, sim, b),
+        convergence=conv,
+    )
 
 
 def interim_attrs(spec: RunSpec) -> dict[str, Any]:

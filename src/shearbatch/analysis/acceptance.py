@@ -82,6 +82,8 @@ def current_columns(df: Any) -> Any:
     current names (:data:`LEGACY_COLUMNS`; the same frame when there is none)."""
     old = {k: v for k, v in LEGACY_COLUMNS.items() if k in df.columns and v not in df.columns}
     return df.rename(columns=old) if old else df
+
+
 #: Default acceptance per level: |m| and |c| ceilings (per component) judged at ``z``
 #: standard errors (2.0: one-sided ~97.7%), coverage inside its two-sided ``coverage_z``
 #: binomial band, ``min_seeds`` independent seeds to test coverage or SBC, minimum fraction

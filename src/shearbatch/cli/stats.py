@@ -174,7 +174,8 @@ def bias_stats(**kw: Any) -> int:
     sbc_mode = {None: "auto", True: "on", False: "off"}[kw["sbc"]]
     population = None
     pop_path = extract.population_path(src)
-    if pop_path.is_file() and "point_estimate" in df and (df["point_estimate"] == "population").any():
+    interim = "point_estimate" in df and (df["point_estimate"] == "population").any()
+    if pop_path.is_file() and interim:
         from ..analysis.pooled import load_population
 
         try:

@@ -51,7 +51,7 @@ import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,6 +61,7 @@ from .layout import CONVERGENCE, FILES, POSTERIOR, TRUTH
 from .variables import VARIABLES
 
 __all__ = [
+    "Record",
     "WriteError",
     "WriterPool",
     "clean_orphans",
@@ -69,12 +70,26 @@ __all__ = [
     "to_strict_json",
     "write_json",
     "write_realization",
+    "write_record",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: netCDF-C and HDF5 are not thread-safe: one netCDF file is written at a time per process
 _NC_LOCK = threading.Lock()
+
+
+class Record(NamedTuple):
+    """What one realization's files hold (:func:`write_realization`'s arguments): the
+    posterior draws and per-draw statistics, the observed stamps and root attributes of
+    ``posterior.nc``, ``truth.json``, and the convergence record."""
+
+    posterior: Mapping[str, np.ndarray]
+    sample_stats: Mapping[str, np.ndarray]
+    observed: np.ndarray
+    attrs: Mapping[str, Any]
+    truth: Mapping[str, Any]
+    convergence: Convergence | Mapping[str, Any]
 
 
 class WriteError(RuntimeError):
@@ -292,6 +307,12 @@ def write_realization(
     return d
 
 
+def write_record(directory: str | Path, record: Record | Mapping[str, Any]) -> Path:
+    """:func:`write_realization` of a :class:`Record` (or of a mapping of its fields)."""
+    fields = record._asdict() if isinstance(record, Record) else dict(record)
+    return write_realization(directory, **fields)
+
+
 def read_json(path: str | Path) -> Any:
     with open(path) as fh:
         return json.load(fh)
@@ -322,8 +343,8 @@ def describe_write_error(directory: str | Path, err: BaseException) -> str:
     return f"cannot write {directory}: {why}"
 
 
-def _write_job(directory: str, record: dict[str, Any]) -> str:
-    write_realization(directory, **record)
+def _write_job(directory: str, record: Record | Mapping[str, Any]) -> str:
+    write_record(directory, record)
     return directory
 
 
@@ -382,7 +403,7 @@ class WriterPool:
         if self._error is not None:
             raise self._error
 
-    def submit(self, directory: str | Path, record: dict[str, Any]) -> None:
+    def submit(self, directory: str | Path, record: Record | Mapping[str, Any]) -> None:
         while not self._slots.acquire(timeout=0.1):
             self.check()
         self.check()
