@@ -11,7 +11,6 @@ from shearbatch.core.convergence import Convergence
 from shearbatch.io import inspect_realization, read_json, write_realization
 from shearbatch.io.writer import to_strict_json
 
-
 GATES = fl.Gates(rhat={"g1": 1.02, "g2": 1.001}, ess_bulk={"g1": 900.0, "g2": 1000.0},
                  ess_tail={"g1": 800.0, "g2": 700.0}, divergences=0, divergence_frac=0.0,
                  bfmi=[0.9, 1.1])  # fmt: skip
