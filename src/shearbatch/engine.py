@@ -339,7 +339,11 @@ def records(
     common, details = fl.common_flags(obs, lane.samples)
     influence = prior_influence(spec, lane.samples)
     data_flags = _data_flags(spec, chi2, obs.size, influence, details)
-    flags = common | diag.flags | fl.gate_flags(diag.gates) | data_flags
+    gates = diag.gates
+    if all(v is None for v in gates):  # a method reporting its gate statistics in its record
+        gates = fl.Gates.from_json(diag.diagnostics)
+    own = {k: v for k, v in diag.diagnostics.items() if k not in fl.GATE_KEYS}
+    flags = common | diag.flags | fl.gate_flags(gates) | data_flags
     conv = Convergence(
         run_id=r.run_id,
         status="failed" if flags & fl.FATAL else "ok",
@@ -348,8 +352,8 @@ def records(
         method=spec.method,
         point_estimate=method.point_estimate,
         mode={k: np.asarray(v) for k, v in lane.mode.items()},
-        gates=diag.gates,
-        diagnostics=dict(diag.diagnostics),
+        gates=gates,
+        diagnostics=own,
         thresholds=fl.DEFAULT_THRESHOLDS._asdict(),
         precision=dtype,
         config_hash=spec.config_hash,
