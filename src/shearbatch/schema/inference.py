@@ -48,16 +48,19 @@ class InferenceRules(_Strict):
         return v
 
 
-#: the section's own keys, before the methods' sections (name -> (type, Field))
-_HEAD: dict[str, Any] = {
-    "method": (str, Field(DEFAULT_METHOD, description=(
-        "A registered method (--method): map (MAP + Laplace), vi, nuts, or one registered "
-        "with shearbatch.core.methods.register."))),
-    # float64 is the default: at high S/N float32 rounding is not negligible against the
-    # noise (docs/statistics.md, "Precision"); --x64 / --no-x64 override it
-    "precision": (Literal["float64", "float32"], Field("float64", description=(
-        "Generation and inference dtype (--x64 / --no-x64)."))),
-}  # fmt: skip
+def _head() -> dict[str, Any]:
+    """The section's own keys before the methods' sections (name -> (type, Field))."""
+    return {
+        "method": (str, Field(DEFAULT_METHOD, description=(
+            f"The inference method (--method): one of the registered methods "
+            f"({', '.join(method_names())}; shearbatch.core.methods.register adds one), "
+            "each with its settings in the section `<method>_config`."))),
+        # float64 is the default: at high S/N float32 rounding is not negligible against
+        # the noise (docs/statistics.md, "Precision"); --x64 / --no-x64 override it
+        "precision": (Literal["float64", "float32"], Field("float64", description=(
+            "Generation and inference dtype (--x64 / --no-x64)."))),
+    }  # fmt: skip
+
 
 #: the section's own keys, after the methods' sections
 _TAIL: dict[str, Any] = {
@@ -109,7 +112,7 @@ def inference_model() -> type[_Strict]:
             __base__=InferenceRules,
             __module__=__name__,
             __doc__="Inference method and its settings.",
-            **_HEAD,
+            **_head(),
             **sections,
             **_TAIL,
         )
