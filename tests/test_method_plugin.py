@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -108,7 +107,7 @@ TINY = {
     "gal.half_light_radius": 0.3,
     "image.noise.sigma": 1e-3,
     "inference.method": "rwm",
-    "inference.rwm_config": {"num_samples": 600, "burn_in": 150, "step_scale": 1.0},
+    "inference.rwm_config": {"num_samples": 2000, "burn_in": 200, "step_scale": 1.0},
 }
 G1 = (-0.03, 0.03)
 N_SEEDS = 3
@@ -130,7 +129,7 @@ def campaign(module_tmp):
     cfg = write_config(module_tmp / "rwm.yaml", TINY)
     out, summary, stats = module_tmp / "out", module_tmp / "summary.csv", module_tmp / "stats"
     with registered():
-        assert load_config(cfg).inference.rwm_config == RwmConfig(num_samples=600, burn_in=150)
+        assert load_config(cfg).inference.rwm_config == RwmConfig(num_samples=2000, burn_in=200)
         run = CliRunner().invoke(bias_run, [
             "--config", cfg, "--shear-grid", *map(str, G1), "--n-realizations", str(N_SEEDS),
             "--batch-size", "6", "--x64", "--output-dir", str(out), "--no-progress"])  # fmt: skip
@@ -151,10 +150,10 @@ def test_a_registered_method_runs_through_the_three_stages(campaign):
         conv = read_json(d / "convergence.json")
         assert conv["method"] == "rwm" and conv["status"] == "ok" and conv["passed"]
         assert conv["point_estimate"] == "mean" and set(conv["mode"]) >= {"g1", "g2"}
-        # the config's settings were used: 600 kept draws; the proposal scale of RWM's
-        # optimum in 2 dimensions accepts about a third of the proposals
+        # the config's settings were used: 2000 kept draws; the proposal scale of RWM's
+        # optimum in 2 dimensions accepts about a third of the proposals (measured 0.34-0.39)
         assert 0.1 < conv["rwm"]["acceptance_rate"] < 0.8
-        assert read_posterior(d / "posterior.nc")["g1"].shape == (1, 600)
+        assert read_posterior(d / "posterior.nc")["g1"].shape == (1, 2000)
     df = pd.read_csv(summary)
     assert len(df) == len(dirs) and (df["status"] == "ok").all()
     assert (df["method"] == "rwm").all() and (df["point_estimate"] == "mean").all()
@@ -164,14 +163,15 @@ def test_a_registered_method_runs_through_the_three_stages(campaign):
 
 
 def test_its_draws_are_the_posterior(campaign):
-    """Each realization's draws centre on its own mode (the flat-prior posterior of g at
-    Level 0 is Gaussian to high accuracy: mean = mode) and cover the truth: both within 5
-    standard errors (the draws' ESS is at least a tenth of 600 at this acceptance)."""
+    """Each realization's draws are its posterior: centred near its own mode (a posterior
+    this close to Gaussian has its mean within a fraction of a standard deviation of its
+    mode: measured 0.004-0.11 sd here, with a Monte Carlo error of ~0.07 sd at an ESS of
+    ~250 of 2000 draws; bound 0.5 sd) and covering the truth (|pull| < 5 sd)."""
     summary = campaign[2]
     df = pd.read_csv(summary)
     for c in ("g1", "g2"):
-        se = df[f"{c}_std"] / np.sqrt(60)
-        assert ((df[f"{c}_mean"] - df[f"{c}_mode"]).abs() < 5 * se).all(), df
+        gap = (df[f"{c}_mean"] - df[f"{c}_mode"]).abs() / df[f"{c}_std"]
+        assert (gap < 0.5).all(), gap
         pull = (df[f"{c}_mean"] - df[f"{c}_true"]) / df[f"{c}_std"]
         assert (pull.abs() < 5).all(), pull
 
