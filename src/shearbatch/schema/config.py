@@ -51,7 +51,7 @@ from .distributions import StrictModel as _Strict
 from .distributions import as_param as _as_param
 from .distributions import bounded_unit as _bounded_unit
 from .distributions import positive_support as _positive_support
-from .inference import Inference, inference_model
+from .inference import InferenceHead, inference_model
 
 __all__ = [
     "DIST_TYPES",
@@ -59,7 +59,6 @@ __all__ = [
     "Config",
     "ConfigError",
     "Fixed",
-    "Inference",
     "LogNormal",
     "Normal",
     "SbatchConfig",
@@ -476,7 +475,7 @@ class Config(_Strict):
     """Point-spread function (the same for the generator and the model unless simulation.psf)."""
     gal: Galaxy
     """Galaxy profile and the priors of its latents; a number is fixed, a mapping with type a prior."""
-    inference: Inference = Inference()
+    inference: InferenceHead = InferenceHead()  # the methods' sections: current_config()
     """Inference method and its settings."""
     campaign: CampaignConfig = CampaignConfig()
     """Shear grid, realizations, seeds, batch size, output; every key has a bias-run flag."""
@@ -558,7 +557,9 @@ def known_keys(root: type[BaseModel], loc: Sequence[Any]) -> list[str] | None:
 def current_config() -> type[Config]:
     """:class:`Config`, its ``inference`` section made of the methods registered now
     (:func:`shearbatch.schema.inference.inference_model`): a method registered after this
-    module was imported, with its settings model, is accepted from then on."""
+    module was imported, with its settings model, is accepted from then on. Everything
+    that validates or describes a config asks for it (until then ``inference`` has only
+    its own keys, so importing the schema imports no method)."""
     model = inference_model()
     field = Config.model_fields["inference"]
     if field.annotation is not model:

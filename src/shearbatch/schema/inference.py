@@ -6,6 +6,10 @@ The section's own keys (``method``, ``precision``, ``rng_seed``, ``shear_model``
 by the model its module defines. :func:`inference_model` is the model of the methods
 registered now: a method registered later (a plugin, a test) is accepted by the schema
 from then on (:func:`shearbatch.schema.config.parse_config` asks for the current model).
+Building it imports the registered methods' modules (JAX, NumPyro), so it is built on
+first use, not when the schema is imported: :data:`InferenceHead`, the section without
+the methods' sections, stands in until then (commands that never read a config, such
+as ``bias-extract``, stay light).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ..core.methods import names as method_names
 from ..settings import Positive
 from ..settings import StrictModel as _Strict
 
-__all__ = ["Inference", "InferenceRules", "inference_model", "registry_key"]
+__all__ = ["InferenceHead", "InferenceRules", "inference_model", "registry_key"]
 
 
 class InferenceRules(_Strict):
@@ -119,5 +123,14 @@ def inference_model() -> type[_Strict]:
     return _CACHE[key]
 
 
-#: the ``inference`` model of the shipped methods (the one the config reference documents)
-Inference = inference_model()
+#: the ``inference`` section's own keys without the methods' sections (no method module
+#: imported): :class:`shearbatch.schema.config.Config`'s until :func:`inference_model`
+#: replaces it (:func:`shearbatch.schema.config.current_config`)
+InferenceHead = create_model(
+    "Inference",
+    __base__=InferenceRules,
+    __module__=__name__,
+    __doc__="Inference method and its settings.",
+    **_head(),
+    **_TAIL,
+)
