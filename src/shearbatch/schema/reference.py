@@ -138,7 +138,9 @@ def reference_markdown() -> str:
         "# Config reference",
         "",
         "<!-- generated from the schema by `python -m shearbatch.schema.reference > "
-        "docs/config.md`; do not edit: edit the docstrings in src/shearbatch/schema/ -->",
+        "docs/config.md`; do not edit: edit the docstrings in src/shearbatch/schema/ and, for "
+        "a method's inference.<method>_config, in its module under "
+        "src/shearbatch/core/methods/ -->",
         "",
         "Every key of a `bias-run --config` YAML file. Unknown keys are errors (with a "
         "did-you-mean); `bias-run --show-config CONFIG` prints a config with every default "
