@@ -63,6 +63,7 @@ __all__ = [
     "POINT_ESTIMATES",
     "analyze",
     "criteria",
+    "current_columns",
     "load_acceptance",
     "usable_rows",
 ]
@@ -71,8 +72,19 @@ logger = logging.getLogger(__name__)
 
 LEVELS = ("level_0", "level_1", "level_2")
 #: Per-realization point estimates: summary.csv columns ``g1_<point>``, ``g2_<point>``
-#: (``mode``: the MAP / Laplace centre from convergence.json's ``map_estimate``).
+#: (``mode``: the MAP / Laplace centre from convergence.json's ``mode``).
 POINT_ESTIMATES = ("mean", "median", "mode")
+#: summary.csv columns of older versions still read: old name -> current name
+LEGACY_COLUMNS = {"estimate": "point_estimate"}
+
+
+def current_columns(df: Any) -> Any:
+    """``df`` (a summary table) with the columns of older versions renamed to their
+    current names (:data:`LEGACY_COLUMNS`; the same frame when there is none)."""
+    old = {k: v for k, v in LEGACY_COLUMNS.items() if k in df.columns and v not in df.columns}
+    return df.rename(columns=old) if old else df
+
+
 #: Default acceptance per level (the old --level names; the presets, with their sources, are
 #: :data:`shearbatch.schema.requirements.REQUIREMENTS`): |m| and |c| ceilings (per
 #: component) judged at ``z`` standard errors (2.0: one-sided ~97.7%), coverage inside its
@@ -122,9 +134,9 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
     of the joint mode's noise bias (MAP), or the warning that averaged posterior means
     (NUTS, VI) are no unbiased shear estimator there; each names the page where the
     measured values are."""
-    if "estimate" not in use or "snr" not in use or not len(use):
+    if "point_estimate" not in use or "snr" not in use or not len(use):
         return None
-    estimates = set(use["estimate"].dropna().astype(str))
+    estimates = set(use["point_estimate"].dropna().astype(str))
     snr = use["snr"].to_numpy(float)
     snr = snr[np.isfinite(snr)]
     if not snr.size or np.median(snr) >= NOISE_BIAS_SNR or len(estimates) != 1:
@@ -206,7 +218,7 @@ def resolve_point(df: Any, point: str) -> str:
     more biased: docs/validation.md, 'Shear prior'), the posterior mean otherwise."""
     if point != "auto":
         return point
-    est = set(df["estimate"].dropna().astype(str)) if "estimate" in df else set()
+    est = set(df["point_estimate"].dropna().astype(str)) if "point_estimate" in df else set()
     has_mode = "g1_mode" in df and df["g1_mode"].notna().any()
     return "mode" if est == {"mode"} and has_mode else "mean"
 
@@ -217,7 +229,7 @@ def _check_point(df: Any, point: str) -> None:
         raise ValueError(f"unknown point estimate {point!r}; use {', '.join(POINT_ESTIMATES)}")
     cols = [f"g1_{point}", f"g2_{point}"]
     missing = [c for c in cols if c not in df.columns]
-    old = " (convergence.json without map_estimate: an older bias-run)" if point == "mode" else ""
+    old = " (convergence.json without a mode: an older bias-run)" if point == "mode" else ""
     if missing:
         raise ValueError(f"point estimate {point}: missing columns: {', '.join(missing)}; "
                          "re-run bias-extract or use --point mean")  # fmt: skip
@@ -388,6 +400,7 @@ def analyze(
     if requirement is None and level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; use one of {', '.join(LEVELS)}")
     name = rq.resolve(requirement if requirement is not None else level)
+    df = current_columns(df)
     if weights not in WEIGHTS:
         raise ValueError(f"unknown weights {weights!r}; use {' or '.join(WEIGHTS)}")
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
@@ -420,7 +433,7 @@ def analyze(
     design = design_report(use)
     ring, _ = complete_rings(use)
     pooled = None
-    if population is not None and "estimate" in use and set(use["estimate"]) == {"population"}:
+    if population is not None and set(use.get("point_estimate", [])) == {"population"}:
         from .pooled import pooled_fits
 
         fits, pooled = pooled_fits(use[ring].reset_index(drop=True), population,

@@ -35,6 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats as st
 
+from ..core.convergence import Convergence
 from ..io import POSTERIOR
 from .stats import Fit, error_label
 
@@ -249,7 +250,7 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
     return out
 
 
-def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
+def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], Convergence]:
     """``(g draws (chain, draw), root attrs, convergence record)`` of one realization."""
     import json
 
@@ -259,8 +260,8 @@ def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], d
         g = {s: np.asarray(tree["posterior"][s].values, float) for s in ("g1", "g2")}
         attrs = dict(tree.attrs)
     conv_path = Path(d) / "convergence.json"
-    conv = json.loads(conv_path.read_text()) if conv_path.is_file() else {}
-    return g, attrs, conv
+    raw = json.loads(conv_path.read_text()) if conv_path.is_file() else {}
+    return g, attrs, Convergence.from_json(raw)
 
 
 def _rank_lines(ax: Any, x: np.ndarray, bins: int = 20) -> None:
@@ -304,7 +305,7 @@ def diagnostics_figure(
     axes = np.atleast_2d(fig.subplots(n, 4))
     for row, d, (t1, t2) in zip(axes, dirs, truths, strict=False):
         g, attrs, conv = _read_realization(d)
-        method = str(attrs.get("inference_method", conv.get("method", "?")))
+        method = str(attrs.get("inference_method", conv.method or "?"))
         t = {"g1": t1, "g2": t2}
         name = Path(d).name
         if g["g1"].shape[0] > 1:
@@ -323,8 +324,8 @@ def diagnostics_figure(
         else:
             x = np.stack([g["g1"].ravel() - t1, g["g2"].ravel() - t2])
             # MAP: the Laplace Gaussian sits at the mode; VI: the guide at its own mean
-            laplace = conv.get("estimate") == "mode"  # a mode estimate with its Laplace draws
-            mode = (conv.get("map_estimate") or {}) if laplace else {}
+            laplace = conv.point_estimate == "mode"  # a mode estimate with its Laplace draws
+            mode = conv.mode if laplace else {}
             centre = np.array([mode.get("g1", t1 + x[0].mean()) - t1,
                                mode.get("g2", t2 + x[1].mean()) - t2])  # fmt: skip
             cov = np.cov(x)
@@ -354,8 +355,8 @@ def diagnostics_figure(
             ax.set_axis_off()
             lines = [f"{name}", f"method: {method} (independent draws, one 'chain':",
                      "  no trace or R-hat to show)", f"draws: {x.shape[1]}",
-                     f"status: {conv.get('status', '?')}  flags: "
-                     f"{', '.join(conv.get('flag_names') or []) or 'none'}"]  # fmt: skip
+                     f"status: {conv.status or '?'}  flags: "
+                     f"{', '.join(conv.flag_names) or 'none'}"]  # fmt: skip
             for j, comp in enumerate(("g1", "g2")):
                 lines.append(f"{comp}: truth {t[comp]:+.4f}, std {np.sqrt(cov[j, j]):.2e}")
             ax.text(0.0, 0.95, "\n".join(lines), va="top", fontsize=8, family="monospace",

@@ -170,8 +170,8 @@ _CACHE_HELP = (
     "--method",
     default=None,
     help=_help(
-        f"Inference method, one of the registered methods ({', '.join(method_names())}):"
-        " map = MAP + Laplace draws, vi = variational, nuts = NUTS chains.",
+        f"Inference method, one of the registered methods ({', '.join(method_names())}; "
+        "each one's settings: inference.<method>_config in docs/config.md).",
         config="inference.method",
     ),
 )

@@ -257,10 +257,12 @@ def bias_stats(**kw: Any) -> int:
         df = pd.read_csv(inp.summary, dtype={"run_id": str, "pair_id": str, "status": str})
     except (ValueError, OSError) as err:
         raise _fail(f"--input: cannot read {inp.summary}: {err}") from None
+    df = acceptance.current_columns(df)  # older summary.csv column names
     sbc_mode = {None: "auto", True: "on", False: "off"}[kw["sbc"]]
     population = None
     pop_path = extract.population_path(inp.summary)
-    if pop_path.is_file() and "estimate" in df and (df["estimate"] == "population").any():
+    interim = "point_estimate" in df and (df["point_estimate"] == "population").any()
+    if pop_path.is_file() and interim:
         from ..analysis.pooled import load_population
 
         try:
