@@ -81,8 +81,10 @@ mode is that sum; reverse mode its transpose, one reduction of the spectrum's
 cotangent per basis, which XLA fuses with the basis' computation. Left to
 autodiff, the same derivative materialised ~30 grid-sized intermediates
 (complex products of the separable factors, their reductions, the interpolation's
-JVP): value and gradient cost 8-14x the forward pass, now 2-4x
-(docs/results/cost_render.md).
+JVP): value and gradient cost 8-14x the forward pass, now 2.7-3.6x
+(docs/results/cost_render.md). A PSF given as numbers (a config's) is evaluated
+when the program is traced: its factor on the alias grids is a constant, not a
+table interpolation that XLA would repeat per stamp and per basis.
 
 The renderer is total: any finite input gives a finite image and finite
 gradients. Shears and ellipticities with :math:`|g| \ge 1` are pulled back to
