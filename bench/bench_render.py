@@ -81,12 +81,15 @@ def build(mode: str, chunk: int | None, stamp: int, psf: str = "gaussian"):
     """
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     from shearbatch.render import draw_galaxy
 
     def draw_one(params):
+        # NumPy scalars of the stamps' dtype: a fixed PSF, known when the program is traced
+        # (as a config's), whose transform the renderer evaluates there
         dtype = params["flux"].dtype
-        kw = {k: jnp.asarray(v, dtype) if k in ("psf_sigma", "psf_e1", "psf_e2") else v
+        kw = {k: np.asarray(v, dtype) if k in ("psf_sigma", "psf_e1", "psf_e2") else v
               for k, v in PSFS[psf].items()}  # fmt: skip
         return draw_galaxy(**params, **kw, nx=stamp, ny=stamp, scale=SCALE)
 

@@ -81,8 +81,10 @@ mode is that sum; reverse mode its transpose, one reduction of the spectrum's
 cotangent per basis, which XLA fuses with the basis' computation. Left to
 autodiff, the same derivative materialised ~30 grid-sized intermediates
 (complex products of the separable factors, their reductions, the interpolation's
-JVP): value and gradient cost 8-14x the forward pass, now 2-4x
-(docs/results/cost_render.md).
+JVP): value and gradient cost 8-14x the forward pass, now 2.7-3.6x
+(docs/results/cost_render.md). A PSF given as numbers (a config's) is evaluated
+when the program is traced: its factor on the alias grids is a constant, not a
+table interpolation that XLA would repeat per stamp and per basis.
 
 The renderer is total: any finite input gives a finite image and finite
 gradients. Shears and ellipticities with :math:`|g| \ge 1` are pulled back to
@@ -93,6 +95,7 @@ model layer's job (it parameterises shapes inside the unit disk).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Sequence
@@ -187,6 +190,15 @@ def _x_synthesis(fft_size: int, nx: int) -> np.ndarray:
 def _is_zero(x) -> bool:
     """True for a concrete (Python or NumPy) zero; False for anything traced."""
     return isinstance(x, int | float | np.number) and float(x) == 0.0
+
+
+def _is_concrete(x) -> bool:
+    """True for a number known at trace time (Python, NumPy or a concrete array)."""
+    try:
+        float(x)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
+        return False
+    return True
 
 
 def _psf_size(psf_profile, psf_sigma, psf_fwhm, psf_beta):
@@ -383,12 +395,19 @@ def draw_galaxy(
     # 2-D factor of the sheared wave vector S(e_psf) u (psf_ft below).
     separable = round_psf and psf_profile == "gaussian"
     psf = 0.5 * (psf_r / scale) ** 2 if separable else 0.0
+    # A PSF known at trace time (every config's) is computed there, so that its factor on
+    # the alias grids below is a constant: XLA fuses the table interpolation into every
+    # consumer, so it would otherwise be recomputed per stamp in the forward pass and per
+    # basis grid (12 times) in the gradient.
+    fixed_psf = not separable and all(_is_concrete(v) for v in (psf_size, psf_e1, psf_e2))
     if not separable:
-        pa, pb, pc, p_den = _shear_matrix(as_float(psf_e1), as_float(psf_e2))
-        p_den = jnp.sqrt(p_den) * scale
-        if psf_profile == "gaussian":  # exp(-|S k|^2 sigma^2 / 2): fold the 1/2 in
-            p_den = p_den * math.sqrt(2.0)
-        pa, pb, pc = psf_r * pa / p_den, psf_r * pb / p_den, psf_r * pc / p_den
+        with jax.ensure_compile_time_eval() if fixed_psf else contextlib.nullcontext():
+            pr = jnp.maximum(as_float(psf_size), _MIN_SIZE) if fixed_psf else psf_r
+            pa, pb, pc, p_den = _shear_matrix(as_float(psf_e1), as_float(psf_e2))
+            p_den = jnp.sqrt(p_den) * scale
+            if psf_profile == "gaussian":  # exp(-|S k|^2 sigma^2 / 2): fold the 1/2 in
+                p_den = p_den * math.sqrt(2.0)
+            pa, pb, pc = pr * pa / p_den, pr * pb / p_den, pr * pc / p_den
 
     def axis_factor(u, pix, centre, amp, psf):
         """Separable factor amp pix(u) exp(-psf u^2) exp(-i u centre), as (re, im)."""
@@ -414,6 +433,18 @@ def draw_galaxy(
             return f, -f
         return moffat_ft_slope(q, table) if slope else (moffat_ft(q, table), None)
 
+    def psf_alias_grids(pa, pb, pc, slope):
+        """The non-separable PSF factor (and its slope in q) on the four alias grids."""
+        uy, _, ux, _ = axes()
+        return tuple(tuple(
+            psf_ft(jnp.square(pa * ux[j] + pb * uy[i]) + jnp.square(pb * ux[j] + pc * uy[i]),
+                   slope=slope) for j in range(2)) for i in range(2))  # fmt: skip
+
+    fixed_grids = None
+    if fixed_psf:
+        with jax.ensure_compile_time_eval():
+            fixed_grids = psf_alias_grids(pa, pb, pc, slope=False)
+
     @jax.custom_jvp
     def spectrum_of(flux, a, b, c, d, psf, cx, cy, pa, pb, pc):
         """The folded spectrum G = sum_ab F_ab Px_b Py_a (complex, (N//2+1, N))."""
@@ -422,14 +453,14 @@ def draw_galaxy(
         yr, yi = axis_factor(uy, pix_y, cy, 1.0, psf)  # (2, 1, N)
         px = jax.lax.complex(xr, xi)
         py = jax.lax.complex(yr, yi)
+        psf_grids = None if separable else fixed_grids or psf_alias_grids(pa, pb, pc, False)
         out = 0.0
         for i in range(2):
             for j in range(2):
                 q = jnp.square(a * ux[j] + c * uy[i]) + jnp.square(b * ux[j] + d * uy[i])
                 ft = profile_ft(q)[0]
                 if not separable:
-                    pq = jnp.square(pa * ux[j] + pb * uy[i]) + jnp.square(pb * ux[j] + pc * uy[i])
-                    ft = ft * psf_ft(pq, slope=False)[0]
+                    ft = ft * psf_grids[i][j][0]
                 out = out + ft * (px[j] * py[i])
         return out
 
@@ -452,6 +483,8 @@ def draw_galaxy(
         want_q = any(t is not None for t in (da, db, dc, dd))
         want_p = not separable and any(t is not None for t in (dpa, dpb, dpc))
         want_w = separable and dpsf is not None
+        # a fixed PSF's parameters are constants, so their tangents are symbolic zeros
+        psf_grids = None if separable else fixed_grids or psf_alias_grids(pa, pb, pc, want_p)
         unit = 0.0
         acc: dict[str, jax.Array] = {}
 
@@ -466,8 +499,7 @@ def draw_galaxy(
                 if separable:
                     p, pq_d = 1.0, 0.0
                 else:
-                    pq = jnp.square(pa * ux[j] + pb * uy[i]) + jnp.square(pb * ux[j] + pc * uy[i])
-                    p, pq_d = psf_ft(pq, slope=want_p)
+                    p, pq_d = psf_grids[i][j]
                 fw = f * p * w
                 unit = unit + fw
                 if want_q:
@@ -515,11 +547,20 @@ def draw_galaxy(
         if dflux is not None:
             weights.append(jnp.asarray(dflux, dtype))
             grids.append(unit)
-        # one product-sum over the bases, in real arithmetic: its transpose (the gradient)
-        # is one real reduction of the cotangent's real and imaginary parts against each
-        # basis', which XLA fuses with the basis' computation (a complex product-sum
-        # transposes to complex reductions, ~30% slower at Level 2's 16x16 Moffat stamps;
-        # a stacked (K, grid) basis contracted by one einsum is written out: slower still)
+        # One product-sum over the bases; its transpose (the gradient) is one reduction of
+        # the cotangent against each basis, into which XLA fuses the basis' computation
+        # (the alias sum, recomputed per reduction). A complex product-sum transposes to K
+        # complex reductions, each computing its complex basis once; a real one (Re and
+        # Im apart) to 2K real reductions, each computing it again. With a non-separable
+        # PSF (its factor a constant grid when the PSF is fixed) the complex one is
+        # faster: value+grad -13% at 32x32 and -24% at 48x48 Moffat stamps, equal at
+        # 16x16 (jacfwd +6-10%); for the round Gaussian the real one is kept (measured
+        # within noise of the complex, and faster in forward mode). A stacked (K, grid)
+        # basis contracted by one einsum is slower: the stack is written out, and its
+        # concatenation recomputes the alias grids per basis all the same.
+        if not separable:
+            tangent = jnp.zeros(primal.shape, primal.dtype)
+            return primal, sum((g * w for g, w in zip(grids, weights, strict=True)), tangent)
         re = jnp.zeros(primal.shape, dtype)
         im = jnp.zeros(primal.shape, dtype)
         for g, w in zip(grids, weights, strict=True):
