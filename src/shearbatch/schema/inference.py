@@ -120,7 +120,7 @@ class Inference(_Strict):
     """[seed] Seed of the inference's random keys (the data's seeds come from the campaign)."""
     # interim: the population estimator (core/population.py, docs/results/population_estimator.md)
     shear_model: Literal["joint", "interim"] = "joint"
-    """joint: g is a latent of each realization. interim: no shear in the pixel model; each galaxy's latents are its observed (sheared) ellipticity, flux, size and position under a broad interim ellipticity prior, and bias-extract / bias-stats infer g from the population (method map only: core.methods.INTERIM)."""
+    """joint: g is a latent of each realization. interim: no shear in the pixel model; each galaxy's latents are its observed (sheared) ellipticity, flux, size and position under a broad interim ellipticity prior, and bias-extract / bias-stats infer g from the population. Methods (core.methods.INTERIM): nuts (every galaxy of every realization its own sampler with nuts_config's warmup, samples, chains, tree depth and mass-matrix adaptation; exact draws; per-galaxy R-hat, ESS and divergences in convergence.json) or map (MAP + Laplace draws with per-galaxy importance weights: the cheap variant, its importance-sampling efficiency recorded)."""
     interim_e_sigma: Positive = 0.5
     """[1] shear_model interim: the interim prior on each observed-ellipticity component, Normal(0, interim_e_sigma) on |e| < 1 (written to posterior.nc)."""
 
@@ -129,7 +129,7 @@ class Inference(_Strict):
         if self.shear_model == "interim" and not supports_interim(self.method):
             raise ValueError(
                 f"shear_model: interim needs method {' or '.join(INTERIM)} (its draws carry "
-                f"importance weights), got {self.method}"
+                f"per-galaxy population weights), got {self.method}"
             )
         return self
 
