@@ -54,8 +54,10 @@ def make_spec(args) -> Any:
     return raw, run_spec(parse_config(raw))
 
 
-def convergence(samples: dict[str, np.ndarray], n: int) -> dict[str, Any]:
-    """Per-galaxy figures of draws ``{site: (B, chain, draw, M)}`` on their first ``n`` draws."""
+def convergence(samples: dict[str, np.ndarray], n: int, detail=None) -> dict[str, Any]:
+    """Per-galaxy figures of draws ``{site: (B, chain, draw, M)}`` on their first ``n`` draws;
+    ``detail`` ((B, M) S/N, (B, C, S, M) divergences): also a record of every galaxy that
+    misses the targets."""
     b, _, _, m = samples["e1"].shape
     cut = {k: np.asarray(v)[:, :, :n] for k, v in samples.items()}
     r_e, r_all, eb, et = (np.empty(b * m) for _ in range(4))
@@ -72,9 +74,27 @@ def convergence(samples: dict[str, np.ndarray], n: int) -> dict[str, Any]:
     def q(x):
         return {"min": float(np.min(x)), "median": float(np.median(x)), "max": float(np.max(x))}
 
-    return {"samples": n, "galaxies": int(b * m), "rhat_e": q(r_e), "rhat_all": q(r_all),
-            "ess_bulk_e": q(eb), "ess_tail_e": q(et), "frac_galaxies_ok": float(ok.mean()),
-            "all_ok": bool(ok.all())}  # fmt: skip
+    out = {"samples": n, "galaxies": int(b * m), "rhat_e": q(r_e), "rhat_all": q(r_all),
+           "ess_bulk_e": q(eb), "ess_tail_e": q(et), "frac_galaxies_ok": float(ok.mean()),
+           "all_ok": bool(ok.all())}  # fmt: skip
+    if detail is not None:  # who misses: S/N, size, shape near the |e| < 1 wall, divergences
+        snr, div = detail
+        e = np.hypot(cut["e1"], cut["e2"])
+        rows = []
+        for i in np.flatnonzero(~ok):
+            bb, j = divmod(int(i), m)
+            rows.append({"realization": bb, "galaxy": j, "snr": float(snr[bb, j]),
+                         "rhat_e": float(r_e[i]), "ess_bulk_e": float(eb[i]),
+                         "divergences": int(div[bb, :, :n, j].sum()),
+                         "hlr_median": float(np.median(cut["hlr"][bb, ..., j])),
+                         "abs_e_median": float(np.median(e[bb, ..., j])),
+                         "frac_abs_e_gt_0.9": float(np.mean(e[bb, ..., j] > 0.9))})  # fmt: skip
+        good = ok.reshape(b, m)
+        out["missing"] = rows
+        out["ok_galaxies"] = {"snr_median": float(np.median(snr[good])),
+                              "hlr_median": float(np.median(cut["hlr"].transpose(0, 3, 1, 2)[good])),
+                              "frac_abs_e_gt_0.9": float(np.mean(e.transpose(0, 3, 1, 2)[good] > 0.9))}  # fmt: skip
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -101,9 +121,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = jax.tree.map(np.asarray, out)
     wall = h.median(times)
     m = spec.model.image.n_objects
-    conv = convergence(out.samples, args.samples)
-    per_galaxy_s = wall / (args.batch * m)
     div = np.asarray(out.stats["diverging"])  # (B, C, S, M)
+    conv = convergence(out.samples, args.samples, (np.asarray(prog.sim.snr), div))
+    per_galaxy_s = wall / (args.batch * m)
     depth = np.asarray(out.stats["tree_depth"])
     res = {
         "settings": h.settings(args),
@@ -137,6 +157,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"  bulk ESS(e) per second per galaxy: min {e['min']:.0f}, median {e['median']:.0f}; "
           f"divergent transitions {res['divergent_transitions']} in "
           f"{res['galaxies_with_divergences']} galaxies")  # fmt: skip
+    for r in conv.get("missing", []):
+        print("  misses:", ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                     for k, v in r.items()))  # fmt: skip
+    if "ok_galaxies" in conv:
+        print("  the others:", conv["ok_galaxies"])
     return h.write_json(res, args.out)
 
 
