@@ -37,6 +37,7 @@ def config(m: int | None, optimizer: str = "newton", name: str = "level2") -> di
     if m is not None:
         raw["image"]["n_objects"] = m
     raw["inference"]["method"] = "map"
+    raw["inference"]["shear_model"] = "joint"  # the shared-shear model whose cost M sets
     raw["inference"]["map_config"]["optimizer"] = optimizer
     return raw
 
@@ -62,7 +63,7 @@ def measure(raw: dict, b: int, chunk: int | None, repeats: int) -> dict[str, Any
     rep = method.batch_report(jax.tree.map(np.asarray, out), lockstep=width)
     med = h.median(times)
     mib = memory_mib(compiled)
-    dec = np.asarray(out.info["decrement"])
+    dec = np.asarray(out.info.decrement)
     modes = {k: np.asarray(v) for k, v in out.mode.items()}
     sds = {k: np.asarray(v).std(axis=(1, 2)) for k, v in out.samples.items()}
     return {"M": m, "B": b, "chunk": width,
@@ -70,7 +71,7 @@ def measure(raw: dict, b: int, chunk: int | None, repeats: int) -> dict[str, Any
             "first_s": first, "median_s": med, "all_s": times, "galaxies_per_s": b * m / med,
             "program_mib": mib, "mib_per_galaxy_lane": None if mib is None else mib / (b * m),
             "lockstep_efficiency": rep["lockstep_efficiency"],
-            "newton_steps": np.asarray(out.info["n_steps"]).tolist(),
+            "newton_steps": np.asarray(out.info.n_steps).tolist(),
             "all_converged": bool(np.all(dec <= 1e-4)),
             "max_decrement": float(np.max(dec))}  # fmt: skip
 

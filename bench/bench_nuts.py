@@ -184,7 +184,7 @@ def run(name: str, spec, keys, obs, repeats: int, hard: bool) -> dict:
         samples = {k: np.moveaxis(v, 2, 0) for k, v in res["samples"].items()}
         return summarize(samples, walls, compile_s, hard, n_obj, extra)
     st, info = res.stats, res.info
-    n, w = (a.reshape(-1, a.shape[-1]) for a in (st["n_steps"], info["warmup_n_steps"]))
+    n, w = (a.reshape(-1, a.shape[-1]) for a in (st["n_steps"], info.warmup_n_steps))
     eff = method.batch_report(res)["lockstep_efficiency"]
     step = st["step_size"][:, :, -1]  # (B, C)
     extra = lane_stats(n, w, step, st["tree_depth"], st["diverging"], eff)
@@ -192,7 +192,7 @@ def run(name: str, spec, keys, obs, repeats: int, hard: bool) -> dict:
     extra["step_size"]["median_companions"] = float(np.median(step[:-1])) if split else None
     extra["step_size"]["hard_lane"] = float(np.median(step[-1])) if split else None
     extra["divergences_per_realization_max"] = int(st["diverging"].sum(axis=(1, 2)).max())
-    extra["map_init_ok"] = int(np.sum(info["map_ok"]))
+    extra["map_init_ok"] = int(np.sum(info.map_ok))
     return summarize(res.samples, walls, compile_s, hard, n_obj, extra)
 
 

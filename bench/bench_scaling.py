@@ -34,6 +34,7 @@ def config(m: int, method: str, nuts: dict | None = None) -> dict[str, Any]:
     raw = yaml.safe_load((h.ROOT / "configs" / "level2.yaml").read_text())
     raw["image"]["n_objects"] = m
     raw["inference"]["method"] = method
+    raw["inference"]["shear_model"] = "joint"  # M galaxies sharing one shear
     if nuts:
         raw["inference"]["nuts_config"].update(nuts)
     return raw

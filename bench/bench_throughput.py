@@ -109,7 +109,7 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.engine import build_program, lane_chunk_for, records
-    from shearbatch.io import write_realization
+    from shearbatch.io import write_record
 
     plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
     base = build_program(spec, plan)  # one batch of inputs, two programs
@@ -129,7 +129,7 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
         lane = jax.tree.map(lambda a, b=b: a[b], draws)
         c0 = time.process_time()
         rec = records(spec, method, r, lane, obs[b], sim, b, "float64")
-        write_realization(tmp / "cpu" / r.run_id, observed=obs[b], **rec)
+        write_record(tmp / "cpu" / r.run_id, rec)
         write.append(time.process_time() - c0)
     inf_ms, write_ms = cpu_of["chunked"], 1e3 * h.median(write)
     return {"batch_size": batch, "inference_cpu_ms": inf_ms,

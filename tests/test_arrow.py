@@ -16,7 +16,7 @@ from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec
 from test_multi_galaxy import LEVEL1
 
-SETTINGS = map_.MapSettings("newton", 100, None, None, 10)
+SETTINGS = map_.MapConfig(optimizer="newton", num_steps=100, num_samples=10)
 
 
 def spec_for(m: int):
@@ -208,7 +208,7 @@ def test_gauss_newton_finds_the_newton_mode(level1_m2):
     post, obs = level1_m2
     laps = {}
     for opt in ("newton", "gauss_newton"):
-        settings = map_.MapSettings(opt, 200, None, None, 10)
+        settings = map_.MapConfig(optimizer=opt, num_steps=200, num_samples=10)
         laps[opt] = jax.jit(lambda o, s=settings: map_.laplace(o, post, s))(obs)
     new, gn = laps["newton"], laps["gauss_newton"]
     for lap in (new, gn):

@@ -90,7 +90,7 @@ def _same_to_rounding(a, b):
 
 def test_map_chunked_matches_a_batch_of_its_width(map_programs):
     chunked, eight = map_programs["chunked"], map_programs["eight"]
-    assert bool(np.all(chunked.info["converged"]))
+    assert bool(np.all(chunked.info.converged))
     _same_to_rounding(jax.tree.map(lambda x: x[:8], chunked), eight)
 
 

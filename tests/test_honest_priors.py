@@ -15,12 +15,12 @@ from click.testing import CliRunner
 
 from conftest import write_config
 from shearbatch.cli import bias_extract, bias_run, bias_stats
-from shearbatch.core.methods.map import MapSettings, laplace
+from shearbatch.core.methods.map import MapConfig, laplace
 from shearbatch.core.posterior import posterior_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SETTINGS = MapSettings("newton", 200, None, None, 100)
+SETTINGS = MapConfig(optimizer="newton", num_steps=200, num_samples=100)
 
 
 def _toy(lo: float, hi: float, y: float, sd: float):
@@ -113,15 +113,15 @@ def test_noise_bias_note_only_for_low_snr_joint_modes():
 
     from shearbatch.analysis.acceptance import NOISE_BIAS_SNR, noise_bias_note
 
-    low = pd.DataFrame({"estimate": ["mode"] * 4, "snr": [14.0, 15.0, 16.0, 200.0]})
+    low = pd.DataFrame({"point_estimate": ["mode"] * 4, "snr": [14.0, 15.0, 16.0, 200.0]})
     note = noise_bias_note(low)
     assert note is not None and note["median_snr"] == 15.5
     assert abs(note["expected_order"] - 15.5**-2) < 1e-12 and "S/N 15.5" in note["message"]
     assert noise_bias_note(low.assign(snr=2 * NOISE_BIAS_SNR)) is None
-    marginal = noise_bias_note(low.assign(estimate="mean"))
+    marginal = noise_bias_note(low.assign(point_estimate="mean"))
     assert marginal is not None and marginal["expected_order"] is None
     assert "NUTS" in marginal["message"] and "--method map" in marginal["message"]
-    assert noise_bias_note(low.assign(estimate="mean", snr=2 * NOISE_BIAS_SNR)) is None
+    assert noise_bias_note(low.assign(point_estimate="mean", snr=2 * NOISE_BIAS_SNR)) is None
     # no measured number in library code: each note names the page and section holding
     # the published values, and that section exists
     for msg in (note["message"], marginal["message"]):

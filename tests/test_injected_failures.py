@@ -107,7 +107,7 @@ def test_shear_near_one_is_recovered_or_failed(runs):
         if conv["status"] == "ok":
             assert conv["optimizer"]["converged"] and "OPT_NOT_CONVERGED" not in conv["flag_names"]
             sd = conv["laplace"]["posterior_std"]["g1"]
-            assert abs(conv["map_estimate"]["g1"] - 0.99) < 5 * sd
+            assert abs(conv["mode"]["g1"] - 0.99) < 5 * sd
         else:
             assert conv["flag_names"], conv
 

@@ -107,7 +107,7 @@ def test_posterior_nc_keeps_per_galaxy_draws_and_weights(campaign):
     assert json.loads(attrs["interim_prior_e1"]) == {"kind": "normal", "args": [0.0, 0.5]}
     assert json.loads(attrs["population_prior_e1"])["kind"] == "truncnormal"
     conv = json.loads((d / "convergence.json").read_text())
-    assert conv["estimate"] == "population" and conv["shear_model"] == "interim"
+    assert conv["point_estimate"] == "population" and conv["shear_model"] == "interim"
     frac = conv["importance"]["ess_fraction"]
     assert len(frac) == 4 and all(0 < f <= 1 for f in frac)
 
@@ -116,7 +116,7 @@ def test_posterior_nc_keeps_per_galaxy_draws_and_weights(campaign):
 def test_extract_fits_each_realization_and_stats_pool_per_grid_point(campaign, module_tmp):
     camp, csv = campaign
     df = pd.read_csv(csv)
-    assert len(df) == 6 and set(df["estimate"]) == {"population"}
+    assert len(df) == 6 and set(df["point_estimate"]) == {"population"}
     assert set(df["shear_model"]) == {"interim"} and set(df["pop_n_galaxies"]) == {4}
     assert np.all(np.isfinite(df[["g1_mean", "g1_std", "g2_mean", "g2_std"]].to_numpy()))
     assert np.all(df["g1_mean"] == df["g1_mode"]) and np.all(df["g1_std"] > 0)

@@ -151,7 +151,7 @@ def test_posterior_nc_and_convergence_json_per_galaxy(campaign):
     assert attrs["shear_model"] == "interim" and attrs["inference_method"] == "nuts"
     assert json.loads(attrs["interim_prior_e1"]) == {"kind": "normal", "args": [0.0, 0.5]}
     conv = json.loads((d / "convergence.json").read_text())
-    assert conv["estimate"] == "population" and conv["method"] == "nuts"
+    assert conv["point_estimate"] == "population" and conv["method"] == "nuts"
     per, worst = conv["per_galaxy"], conv["galaxies"]
     assert all(len(v) == 4 for v in per.values()) and worst["n"] == 4
     assert per["divergences"] == div.tolist()
@@ -167,7 +167,7 @@ def test_posterior_nc_and_convergence_json_per_galaxy(campaign):
 def test_extract_and_stats_fit_the_population_from_nuts_draws(campaign, module_tmp):
     _, _, csv = campaign
     df = pd.read_csv(csv)
-    assert len(df) == 4 and set(df["estimate"]) == {"population"}
+    assert len(df) == 4 and set(df["point_estimate"]) == {"population"}
     assert set(df["method"]) == {"nuts"} and set(df["pop_n_galaxies"]) == {4}
     assert np.all(np.isfinite(df[["g1_mean", "g1_std", "g2_mean", "g2_std"]].to_numpy()))
     assert df["passed_convergence"].all(), df[["run_id", "flags"]]

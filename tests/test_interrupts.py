@@ -88,8 +88,8 @@ def assert_same_results(out: Path, ref: Path) -> None:
     assert states(out) == dict.fromkeys(states(ref), "done")
     assert not tmp_files(out)
     for d in (d for d in ref.iterdir() if d.is_dir()):
-        a = json.loads((out / d.name / "convergence.json").read_text())["map_estimate"]
-        b = json.loads((d / "convergence.json").read_text())["map_estimate"]
+        a = json.loads((out / d.name / "convergence.json").read_text())["mode"]
+        b = json.loads((d / "convergence.json").read_text())["mode"]
         assert a == b
         np.testing.assert_array_equal(
             read_posterior(out / d.name / "posterior.nc")["g1"],

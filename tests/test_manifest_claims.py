@@ -97,7 +97,9 @@ def test_another_campaign_is_refused(done, module_tmp, edit, flags, named):
 def test_resume_never_counts_another_campaigns_realization(module_tmp, cfg):
     root = module_tmp / "stale"
     cli("bias-run", *campaign(cfg, root, n=1))
-    (root / "campaign.json").unlink()  # e.g. a directory from before manifests existed
+    # e.g. a directory from before manifests (and the frozen config.yaml) existed
+    (root / "campaign.json").unlink()
+    (root / "config.yaml").unlink()
     other = write_config(module_tmp / "hlr.yaml", {**SMALL, "gal.half_light_radius": 0.6})
     res = cli("bias-run", *campaign(other, root, n=1))
     assert "wrote 2 ok" in res.stdout and "other campaign-defining settings" in res.stderr
@@ -145,8 +147,10 @@ def test_extract_counts_against_the_planned_size_and_warns_on_mixes(module_tmp, 
     assert set(df.loc[df.status == "ok", "config_hash"]) == {
         json.loads((root / "campaign.json").read_text())["config_hash"]
     }
-    # the second half in float32 (the manifest removed, as a careless user would)
+    # the second half in float32 (the manifest and the frozen config removed, as a careless
+    # user would)
     (root / "campaign.json").unlink()
+    (root / "config.yaml").unlink()
     cli("bias-run", *campaign(cfg, root, "--no-x64", "--array-task-id", 1,
                               "--array-task-count", 2))  # fmt: skip
     res = cli("bias-extract", "--input-dir", root, "--output", module_tmp / "mixed.csv")

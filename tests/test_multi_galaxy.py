@@ -72,7 +72,7 @@ def test_map_with_m_galaxies_batched_equals_alone(spec):
         assert got.max_diff_sd <= OPTIMIZER_SD_TOL and got.flags_equal, got
     # every lane converged; the shear's width is the shape noise of 4 galaxies,
     # sigma_e / sqrt(M) = 0.1 (pixel noise at S/N 400 adds little)
-    assert np.all(np.asarray(batch.info["decrement"]) < 1e-4)
+    assert np.all(np.asarray(batch.info.decrement) < 1e-4)
     sd = np.asarray(batch.samples["g1"]).std(axis=(1, 2))
     assert np.all((0.6 * 0.1 < sd) & (sd < 1.4 * 0.1)), sd
 

@@ -58,7 +58,7 @@ def test_two_devices_equal_the_single_device_run(runs):
         assert max_diff_sd(two, one) < 1e-6
         odd = read_posterior(root / "odd" / name / "posterior.nc")
         np.testing.assert_array_equal(odd["g1"], two["g1"])
-        a = read_json(root / "two" / name / "convergence.json")["map_estimate"]
-        b = read_json(root / "one_b4" / name / "convergence.json")["map_estimate"]
+        a = read_json(root / "two" / name / "convergence.json")["mode"]
+        b = read_json(root / "one_b4" / name / "convergence.json")["mode"]
         sd = {k: float(np.std(v)) for k, v in one.items()}
         assert all(abs(a[k] - b[k]) <= OPTIMIZER_SD_TOL * sd[k] for k in a), (a, b, sd)

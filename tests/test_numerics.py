@@ -76,7 +76,7 @@ def test_newton_and_laplace_are_exact_on_a_gaussian(eigenvalues, mode_atol, cov_
     post = types.SimpleNamespace(
         x0=x0, potential_fn=potential, mode_fn=potential, hessian=jax.hessian
     )
-    settings = map_.MapSettings("newton", 50, None, None, 10)
+    settings = map_.MapConfig(optimizer="newton", num_steps=50, num_samples=10)
     lap = jax.jit(lambda obs: map_.laplace(obs, post, settings))(jnp.zeros(()))
     assert bool(lap.ok) and bool(lap.opt.converged)
     np.testing.assert_array_equal(np.asarray(lap.opt.x), np.asarray(res.x))

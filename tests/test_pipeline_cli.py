@@ -94,12 +94,13 @@ def test_results_json_is_strict_and_complete(good):
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     for k in ("level", "estimator", "point_estimate", "weights", "n_realizations", "n_ok",
               "n_failed", "n_incomplete", "n_seeds", "m1", "m1_err", "c1", "c1_err", "m2",
-              "m2_err", "c2", "c2_err", "coverage", "sbc", "criteria", "z", "verdict", "passed"):  # fmt: skip
+              "m2_err", "c2", "c2_err", "coverage", "sbc", "criteria", "z", "verdict", "passed",
+              "requirement", "planning", "scope"):  # fmt: skip
         assert k in r
     cov = r["coverage"]["g1"]["0.68"]
     assert set(cov) >= {"observed", "expected", "band", "se", "n_eff", "status", "passed"}
     keys = {"name", "value", "err", "threshold", "z", "status", "n_needed", "passed",
-            "error_method", "reason", "quantile", "dof"}  # fmt: skip
+            "error_method", "reason", "quantile", "dof", "detected", "n_pass_if_zero"}  # fmt: skip
     assert all(set(c) == keys for c in r["criteria"])
     assert all(c["passed"] is (c["status"] == "pass") for c in r["criteria"])
 
@@ -161,3 +162,31 @@ def test_acceptance_config_overrides_the_level(good, tmp_path):
     assert res.exit_code == 1 and "[FAIL] |m1|" in res.output
     r = json.loads((tmp_path / "o" / "bias_results.json").read_text())
     assert r["acceptance"]["max_abs_m"] == 1e-12 and r["z"] == 1e-9
+
+
+def test_one_command_from_a_campaign_directory_to_a_report(good, tmp_path):
+    """bias-stats --input <campaign dir>: extracts summary.csv there (none yet), judges
+    against the config's own requirement (configs/level0.yaml names level0) and writes
+    bias_results.json and report.html into the directory; a second call reuses the
+    summary; a new realization file makes it stale again."""
+    import os
+    import shutil
+
+    tmp = good[0]
+    camp = tmp_path / "camp"
+    shutil.copytree(tmp / "camp", camp)
+    res = CliRunner().invoke(bias_stats, ["--input", str(camp), "--no-plots"])
+    assert res.exit_code == 3, res.output
+    assert f"extracted {camp / 'summary.csv'}" in res.output
+    assert "requirement level0 (|m| < 0.001, |c| < 0.0001): campaign.requirement in" in res.output
+    r = json.loads((camp / "bias_results.json").read_text())
+    assert r["n_used"] == 12 and r["requirement"]["name"] == "level0"
+    html = (camp / "report.html").read_text()
+    assert "Config as run" in html and "requirement: level0" in html and "Planning" in html
+    res = CliRunner().invoke(bias_stats, ["--input", str(camp), "--no-plots"])
+    assert res.exit_code == 3 and "extracted" not in res.output, res.output
+    one = next(p for p in camp.iterdir() if (p / "convergence.json").is_file())
+    later = (camp / "summary.csv").stat().st_mtime + 5
+    os.utime(one / "convergence.json", (later, later))
+    res = CliRunner().invoke(bias_stats, ["--input", str(camp), "--no-plots"])
+    assert f"extracted {camp / 'summary.csv'}" in res.output, res.output

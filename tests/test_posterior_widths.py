@@ -46,8 +46,8 @@ def test_laplace_width_matches_scatter_over_noise_realizations(noisy_cfg):
     plan = plan_campaign([0.02], g2=-0.01, n_realizations=N_NOISE, base_seed=1000)
     results, truth = _infer(noisy_cfg, plan, batch=100)
     g_hat = np.concatenate([np.stack([r.mode["g1"], r.mode["g2"]], axis=1) for r in results])
-    std = np.concatenate([np.asarray(r.info["std"]) for r in results])
-    assert np.all(np.concatenate([np.asarray(r.info["converged"]) for r in results]))
+    std = np.concatenate([np.asarray(r.info.std) for r in results])
+    assert np.all(np.concatenate([np.asarray(r.info.converged) for r in results]))
     scatter = np.std(g_hat - truth, axis=0, ddof=1)
     laplace = np.mean(std, axis=0)
     assert np.all(np.abs(scatter / laplace - 1) < 0.15), (scatter, laplace)
@@ -75,7 +75,7 @@ def test_vi_agrees_with_laplace(noisy_cfg):
     for k, site in enumerate(("g1", "g2")):
         draws = np.asarray(vi.samples[site])[:, 0]  # (B, S)
         mean, sd = draws.mean(axis=1), draws.std(axis=1)
-        lap_mean, lap_sd = np.asarray(lap.mode[site]), np.asarray(lap.info["std"])[:, k]
+        lap_mean, lap_sd = np.asarray(lap.mode[site]), np.asarray(lap.info.std)[:, k]
         # ELBO optimum of a near-Gaussian posterior: same centre and width as Laplace, up to
         # the Monte Carlo noise of the stochastic optimiser and of 2000 draws
         assert np.all(np.abs(mean - lap_mean) < 0.2 * lap_sd), (mean, lap_mean, lap_sd)
@@ -107,6 +107,6 @@ def test_alternative_optimizers_find_the_same_mode(noisy_cfg, optimizer, setting
     def mode(d):
         return np.stack([d.mode["g1"], d.mode["g2"]], axis=1)
 
-    diff = np.abs(mode(other) - mode(newton)) / np.asarray(newton.info["std"])
+    diff = np.abs(mode(other) - mode(newton)) / np.asarray(newton.info.std)
     assert np.all(diff < tol_in_sigma), diff
-    np.testing.assert_allclose(other.info["std"], newton.info["std"], rtol=1e-2)
+    np.testing.assert_allclose(other.info.std, newton.info.std, rtol=1e-2)

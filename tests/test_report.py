@@ -65,10 +65,12 @@ def test_report_is_one_self_contained_file(reported):
     # nothing external: no links, scripts or files, figures inline
     assert not re.search(r"""(src|href)=["'](?!data:)""", text), "external reference"
     assert "<script" not in text
-    assert text.count('src="data:image/png;base64,') == 4
+    assert text.count('src="data:image/png;base64,') == 5  # 4 figures and the stamps
     for needle in ("INCONCLUSIVE", "m1", "m2", "c1", "c2", "jackknife over 3 seeds",
                    "coverage g1 68%", "Simulation-based calibration", "Failures and exclusions",
-                   "config hash (runs)", "python ", "jax "):  # fmt: skip
+                   "config hash (runs)", "python ", "jax ", "stamps.png", "Planning",
+                   "to PASS &lt; 0.001 if the true value is 0", "requirement <b>level0</b>",
+                   "Config as run", "size_x: 16"):  # fmt: skip
         assert needle in text, needle
     # the commands: this bias-stats line and the campaign's bias-run line (commands.txt)
     assert "bias-stats --input" in text and "--report" in text
@@ -99,7 +101,7 @@ def test_report_renders_with_its_figures_in_a_headless_browser(reported, tmp_pat
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
            "--dump-dom", probe.as_uri()]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
-    assert "IMAGES_OK=4/4" in out, out[-2000:]
+    assert "IMAGES_OK=5/5" in out, out[-2000:]
     assert "Shear-bias campaign report" in out
     shot = tmp_path / "report.png"
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",

@@ -10,10 +10,10 @@ import yaml
 from click.testing import CliRunner
 
 from shearbatch.cli import bias_run
+from shearbatch.core.methods.map import MapConfig
 from shearbatch.io import realization_status
 from shearbatch.schema import ConfigError, load_config, parse_config
 from shearbatch.schema.dialect import IGNORED
-from shearbatch.schema.inference import MapConfig
 
 SHINE_L0 = Path(__file__).parent / "data" / "shine_level0.yaml"
 IGNORED_HERE = ("inference.map_config.learning_rate", "data_path", "output_path")

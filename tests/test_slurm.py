@@ -4,6 +4,7 @@ the sbatch scripts, the cache location and lock. (A real SLURM: test_slurm_clust
 import fcntl
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from conftest import write_config
@@ -186,16 +188,94 @@ def test_emitted_script_asks_for_what_the_flags_say(tmp_path):
     run = lines[-1].split()
     assert run[0] == "bias-run" and "--emit-sbatch" not in run and "--sbatch-time" not in run
     assert run[run.index("--shear-grid") + 1 : run.index("--shear-grid") + 3] == ["-0.02", "0.02"]
-    assert run[run.index("--config") + 1] == str(Path(LEVEL0).resolve())
+    frozen = (tmp_path / "out").resolve() / "config.yaml"
+    assert run[run.index("--config") + 1] == str(frozen) and frozen.is_file()
     assert run[run.index("--output-dir") + 1] == str((tmp_path / "out").resolve())
     assert "--x64" in run and "--array-task-id" not in run
     stats = (tmp_path / "camp-stats.sbatch").read_text().splitlines()
     assert "#SBATCH --gres=gpu:1" not in stats and "#SBATCH --partition=gpu" in stats
-    assert stats[-2].startswith("bias-extract --input-dir")
-    assert stats[-1].startswith("bias-stats --input") and "--level level_0" in stats[-1]
+    assert "#SBATCH --cpus-per-task=4" in stats
+    root = str((tmp_path / "out").resolve())
+    extract = next(ln for ln in stats if ln.startswith("bias-extract "))
+    assert extract.startswith(f"bias-extract --input-dir {root}") and '"$workers"' in extract
+    line = next(ln for ln in stats if ln.startswith("bias-stats "))
+    assert line.startswith(f"bias-stats --input {root} ")  # the campaign directory
+    assert f"--report {root}/report.html" in line and "--level" not in line
     assert "--dependency=afterany:" in res.output
     assert (tmp_path / "out" / "logs").is_dir()  # SLURM does not create --output's folder
-    assert not [p for p in (tmp_path / "out").iterdir() if p.name != "logs"]  # nothing ran
+    # nothing ran: only the logs' folder and the frozen config
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.yaml", "logs"]
+
+
+def _fake_tools(tmp_path, status):
+    """bias-extract and bias-stats stand-ins that record their arguments; bias-stats exits
+    with ``status``."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, code in (("bias-extract", 0), ("bias-stats", status)):
+        exe = bin_dir / name
+        exe.write_text(f'#!/bin/bash\necho "{name} $*" >> {tmp_path}/calls.txt\nexit {code}\n')
+        exe.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize(("status", "job_exit"), [(0, 0), (3, 0), (1, 1), (2, 2)])
+def test_stats_job_treats_inconclusive_as_a_verdict(tmp_path, status, job_exit):
+    """The emitted stats job, run by bash with stand-ins for the two commands: bias-stats'
+    INCONCLUSIVE (exit 3, also an unfinished campaign's) ends the job with 0 and says so;
+    FAIL (1) and bad input (2) end it with their status. Its extract workers are the
+    allocation's: SLURM_CPUS_PER_TASK, else nproc (the affinity mask)."""
+    res, _ = emit(tmp_path, "--sbatch-setup", "echo setup")
+    assert res.exit_code == 0, res.output
+    script = tmp_path / "camp-stats.sbatch"
+    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+    bin_dir = _fake_tools(tmp_path, status)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_CPUS_PER_TASK": "3"}
+    job = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    assert job.returncode == job_exit, job.stdout + job.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert calls[0].startswith("bias-extract ") and "--workers 3 " in calls[0]
+    assert calls[1].startswith("bias-stats --input ") and "--report" in calls[1]
+    verdict = {0: "verdict: PASS", 3: "verdict: INCONCLUSIVE (or unfinished)",
+               1: "verdict: FAIL"}.get(status, f"bias-stats failed (exit {status})")  # fmt: skip
+    assert verdict in job.stdout + job.stderr
+    if status == 0:
+        (tmp_path / "calls.txt").unlink()
+        env.pop("SLURM_CPUS_PER_TASK")
+        job = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+        assert job.returncode == 0, job.stderr
+        n = len(os.sched_getaffinity(0))
+        assert f"--workers {n} " in (tmp_path / "calls.txt").read_text()
+
+
+def test_sbatch_level_is_passed_to_the_stats_job(tmp_path):
+    res, _ = emit(tmp_path, "--sbatch-level", "level_1")
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in (tmp_path / "camp-stats.sbatch").read_text().splitlines()
+                if ln.startswith("bias-stats "))  # fmt: skip
+    assert "--level level_1" in line
+
+
+def test_the_tasks_read_the_frozen_config(tmp_path):
+    """Editing the config after --emit-sbatch changes nothing for the tasks (they read the
+    copy frozen in the output root, --set applied); emitting the edited config into the
+    same root is refused, naming the key."""
+    cfg = write_config(tmp_path / "mine.yaml")
+    res, script = emit(tmp_path, "--set", "image.size_x=16", "--sbatch-tasks", "2", config=cfg)
+    assert res.exit_code == 0, res.output
+    frozen = tmp_path / "out" / "config.yaml"
+    assert yaml.safe_load(frozen.read_text())["image"]["size_x"] == 16
+    write_config(tmp_path / "mine.yaml", {"gal.half_light_radius": 0.6})  # edited afterwards
+    run = shlex.split(script.read_text().splitlines()[-1])[1:]
+    assert run[run.index("--set") + 1] == "image.size_x=16"
+    out = CliRunner().invoke(bias_run, [*run, "--dry-run"], env=slurm_env(1, 0, 1, 1, 2))
+    assert out.exit_code == 0, out.output
+    assert f"config: {frozen.resolve()}" in out.output
+    res, _ = emit(tmp_path, "--set", "image.size_x=16", config=cfg)
+    assert res.exit_code == 2, res.output
+    assert "--config (config hash): gal.half_light_radius is 0.6 here, 0.5 in " in res.output
+    assert str(frozen) in res.output
 
 
 def test_emitted_bias_run_line_plans_what_the_command_line_planned(tmp_path):

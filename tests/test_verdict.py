@@ -45,16 +45,23 @@ def test_no_error_is_inconclusive_never_pass():
 
 
 def test_n_needed_scales_as_one_over_sqrt_n():
-    """N_needed = N (z sigma / (T - |x|))^2; at N_needed the rescaled sigma just decides."""
-    x, err = 6e-4, 4e-4  # 0.6e-3 + 0.8e-3 > T: inconclusive
+    """N_needed = N (z sigma / gap)^2; at N_needed the rescaled sigma just decides. An
+    estimate within z sigma of zero is not extrapolated: the realizations to PASS if the
+    true bias were 0 (gap = T); a detected one below T: to PASS if it stays there."""
+    x, err = 6e-4, 4e-4  # 0.6e-3 + 0.8e-3 > T: inconclusive; |x| < 2 sigma: not detected
     status, need, why = decide(x, err, T, Z, N)
-    assert status == "inconclusive" and "to decide" in why
-    assert need == pytest.approx(N * (Z * err / (T - x)) ** 2) and need == 400
+    assert status == "inconclusive" and "to PASS if the true bias is 0" in why
+    assert need == pytest.approx(N * (Z * err / T) ** 2) and need == 64
     sigma_then = err * math.sqrt(N / need)
-    assert decide(x, sigma_then, T, Z, need)[0] == "pass"
-    assert decide(x, sigma_then * 1.01, T, Z, need)[0] == "inconclusive"
-    # above the threshold: the realizations that would confirm the FAIL
-    x = 1.2e-3
+    assert decide(0.0, sigma_then, T, Z, need)[0] == "pass"
+    assert decide(0.0, sigma_then * 1.01, T, Z, need)[0] == "inconclusive"
+    x, err = 6e-4, 2.5e-4  # detected (|x| > 2 sigma), |x| + 2 sigma > T
+    status, need, why = decide(x, err, T, Z, N)
+    assert status == "inconclusive" and "to PASS if it stays at the estimate" in why
+    assert need == pytest.approx(N * (Z * err / (T - x)) ** 2, abs=1) and need == 157
+    assert decide(x, err * math.sqrt(N / need), T, Z, need)[0] == "pass"
+    # above the threshold and detected: the realizations that would confirm the FAIL
+    x, err = 1.2e-3, 4e-4
     status, need, why = decide(x, err, T, Z, N)
     assert status == "inconclusive" and "confirm a FAIL" in why
     assert need == pytest.approx(N * (Z * err / (x - T)) ** 2) and need == 1600

@@ -74,23 +74,42 @@ class Campaign:
         """``run_id -> status`` (ok, failed, incomplete, corrupt) as a pandas Series."""
         return self.summary()["status"]
 
-    def stats(self, level: str = "level_0", **options: Any) -> dict[str, Any]:
-        """The ``bias-stats`` analysis (m, c, errors, coverage, verdict) as a dict.
+    def stats(self, requirement: str | None = None, level: str | None = None,
+              **options: Any) -> dict[str, Any]:  # fmt: skip
+        """The ``bias-stats`` analysis (m, c, errors, coverage, planning, verdict) as a dict.
 
-        ``options``: ``estimator``, ``point``, ``weights``, ``n_boot``,
-        ``sbc_mode``, ``acceptance`` (see :func:`shearbatch.analysis.acceptance.analyze`).
+        ``requirement``: a preset of :data:`shearbatch.schema.requirements.REQUIREMENTS`
+        (``level``: its alias ``level_k``, kept for old callers); by default the campaign
+        config's ``campaign.requirement``, else ``level0``; the result's ``requirement``
+        says which and from where. ``options``: ``estimator``, ``point``, ``weights``,
+        ``n_boot``, ``sbc_mode``, ``acceptance``, ``include_unplanned``, ``target_sigma_m``
+        (see :func:`shearbatch.analysis.acceptance.analyze`).
         """
+        from .app.stats import campaign_requirement
+        from .schema.requirements import resolve
+
+        if requirement is not None and level is not None:
+            raise ValueError("stats: give requirement or its alias level, not both")
+        given = requirement if requirement is not None else level
+        where = "argument"
+        if given is None:
+            given, where = campaign_requirement(self.root)
+            where = f"campaign.requirement in {where}" if given else "default"
+        name = resolve(given or "level0")
         import pandas as pd
 
         from .analysis import acceptance
         from .analysis import extract as ex
         from .analysis.pooled import from_arrays
+        from .analysis.progress import campaign_progress
 
         rows = ex.extract_campaign(self.root, workers=1, progress=False)
+        rows, _ = campaign_progress(self.root, rows)  # planned, not started: unfinished
         df = pd.DataFrame(rows, columns=list(ex.SUMMARY_COLUMNS))
         arrays = ex.population_arrays(rows)  # interim model: pooled per grid point
         population = None if arrays is None else from_arrays(arrays)
-        res, _, _ = acceptance.analyze(df, level=level, population=population, **options)
+        res, _, _ = acceptance.analyze(df, requirement=name, population=population, **options)
+        res["requirement"]["chosen"] = where
         return res
 
     def posterior(self, run_id: str) -> Any:

@@ -36,13 +36,14 @@ from .core.batching import (
     realization_keys,
 )
 from .core.checks import chi2_fn, misfit
+from .core.convergence import Convergence
 from .core.generate import FIELDS, SimBatch
 from .core.generators import simulate
 from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
 from .core.posterior import build_posterior
 from .core.priors import PRIOR_PULL_MAX, campaign_pull, prior_sd, shrinkage
-from .io import WriteError, WriterPool, clean_orphans, write_realization
+from .io import Record, WriteError, WriterPool, clean_orphans, write_record
 from .io.writer import describe_write_error
 from .spec import RunSpec
 
@@ -157,9 +158,9 @@ class _Serial:
     def __init__(self) -> None:
         self.written: list[str] = []
 
-    def submit(self, directory: Path, record: dict[str, Any]) -> None:
+    def submit(self, directory: Path, record: Record) -> None:
         try:
-            write_realization(directory, **record)
+            write_record(directory, record)
         except Exception as err:
             raise WriteError(describe_write_error(directory, err)) from err
         self.written.append(str(directory))
@@ -267,16 +268,16 @@ def run_campaign(
             for b, r in enumerate(batch):
                 lane = jax.tree.map(lambda a, b=b: a[b], draws)
                 rec = records(spec, method, r, lane, obs[b], sim, b, dtype, float(chi2[b]))
-                rec["convergence"].update(
-                    batch={**report, "lane": b}, runtime_s=t_infer / len(batch)
-                )
-                rec["convergence"].update(provenance or {})
-                sink.submit(out_dir(output_dir, r), {"observed": obs[b], **rec})
-                for site, v in rec["convergence"]["prior"].items():
+                conv = rec.convergence.replace(
+                    batch={**report, "lane": b}, runtime_s=t_infer / len(batch),
+                    provenance=dict(provenance or {}),
+                )  # fmt: skip
+                sink.submit(out_dir(output_dir, r), rec._replace(convergence=conv))
+                for site, v in conv.prior.items():
                     pulls.setdefault(site, []).append(v["shrinkage"])
-                status[str(out_dir(output_dir, r))] = rec["convergence"]["status"]
-                if rec["convergence"]["status"] != "ok":
-                    logger.warning("%s failed: %s", r.run_id, rec["convergence"]["reason"])
+                status[str(out_dir(output_dir, r))] = conv.status
+                if conv.status != "ok":
+                    logger.warning("%s failed: %s", r.run_id, conv.reason)
             times.append(time.perf_counter() - t0)
             if bar is not None:
                 bar.update(len(batch))
@@ -330,33 +331,38 @@ def _progress_bar(on: bool, total: int, desc: str):
 def records(
     spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b: int, dtype: str,
     chi2: float = math.nan,
-):  # fmt: skip
-    """posterior / sample_stats / attrs / truth / convergence of one realization."""
+) -> Record:  # fmt: skip
+    """The :class:`~shearbatch.io.Record` of one realization (``obs``: its stamps): draws,
+    per-draw statistics, attributes, truth and its
+    :class:`~shearbatch.core.convergence.Convergence` record."""
     diag = method.diagnose(lane)
     common, details = fl.common_flags(obs, lane.samples)
     influence = prior_influence(spec, lane.samples)
     data_flags = _data_flags(spec, chi2, obs.size, influence, details)
-    flags = common | diag.flags | fl.gate_flags(diag.diagnostics) | data_flags
-    status = "failed" if flags & fl.FATAL else "ok"
-    conv = {
-        "run_id": r.run_id,
-        "status": status,
-        "reason": fl.describe(flags, details) or None,
-        "flags": flags,
-        "flag_names": fl.names(flags),
-        "method": spec.method,
-        "estimate": method.estimate,
-        **diag.diagnostics,
-        "thresholds": fl.DEFAULT_THRESHOLDS._asdict(),
-        "passed": flags == 0,
-        "precision": dtype,
-        "config_hash": spec.config_hash,
-        "seed": r.seed,
-        "batch_size": len(sim.g),
-        "snr": np.asarray(sim.snr[b]).tolist(),
-        "chi2_per_pixel": chi2,
-        "prior": influence,
-    }
+    gates = diag.gates
+    if all(v is None for v in gates):  # a method reporting its gate statistics in its record
+        gates = fl.Gates.from_json(diag.diagnostics)
+    own = {k: v for k, v in diag.diagnostics.items() if k not in fl.GATE_KEYS}
+    flags = common | diag.flags | fl.gate_flags(gates) | data_flags
+    conv = Convergence(
+        run_id=r.run_id,
+        status="failed" if flags & fl.FATAL else "ok",
+        flags=flags,
+        reason=fl.describe(flags, details) or None,
+        method=spec.method,
+        point_estimate=method.point_estimate,
+        mode={k: np.asarray(v) for k, v in lane.mode.items()},
+        gates=gates,
+        diagnostics=own,
+        thresholds=fl.DEFAULT_THRESHOLDS._asdict(),
+        precision=dtype,
+        config_hash=spec.config_hash,
+        seed=r.seed,
+        batch_size=len(sim.g),
+        snr=np.asarray(sim.snr[b]).tolist(),
+        chi2_per_pixel=chi2,
+        prior=influence,
+    )
     attrs = {
         "inference_method": spec.method,
         "run_id": r.run_id,
@@ -370,14 +376,15 @@ def records(
     }
     if spec.population is not None:  # the interim model: what the population fit needs
         attrs.update(interim_attrs(spec))
-        conv.update(shear_model="interim", estimate="population")
-    return {
-        "posterior": lane.samples,
-        "sample_stats": diag.sample_stats,
-        "attrs": attrs,
-        "truth": truth_record(spec, r, sim, b),
-        "convergence": conv,
-    }
+        conv = conv.replace(shear_model="interim", point_estimate="population")
+    return Record(
+        posterior=lane.samples,
+        sample_stats=diag.sample_stats,
+        observed=obs,
+        attrs=attrs,
+        truth=truth_record(spec, r, sim, b),
+        convergence=conv,
+    )
 
 
 def interim_attrs(spec: RunSpec) -> dict[str, Any]:

@@ -11,8 +11,11 @@ tell the position; such a task needs the index set itself (``--array-indices``,
 which the scripts written by :func:`sbatch_script` pass).
 
 :func:`sbatch_script` writes the array job for a campaign (resources, setup
-lines, the ``bias-run`` invocation) and :func:`stats_script` the dependent job
-that runs ``bias-extract`` and ``bias-stats`` once the array has finished.
+lines, the ``bias-run`` invocation, which reads the campaign's frozen
+``config.yaml``) and :func:`stats_script` the dependent job that runs
+``bias-extract`` and ``bias-stats`` (verdict and report) once the array has
+finished. :func:`allocated_cpus` is what a job may use (``SLURM_CPUS_PER_TASK``,
+else the affinity mask).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
+    "STATS_VERDICTS",
     "ArrayError",
     "SbatchOptions",
+    "allocated_cpus",
     "array_position",
     "parse_indices",
     "sbatch_script",
@@ -108,6 +113,21 @@ def array_position(
     return (tid - lo) // step, count
 
 
+def allocated_cpus(env: Mapping[str, str] | None = None) -> int:
+    """The CPUs this process may use: ``SLURM_CPUS_PER_TASK`` inside a SLURM job, else
+    the affinity mask (``os.sched_getaffinity``), never the node's count."""
+    import os
+
+    env = os.environ if env is None else env
+    raw = env.get("SLURM_CPUS_PER_TASK", "")
+    if raw.strip().isdigit() and int(raw) >= 1:
+        return int(raw)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return 1
+
+
 # --------------------------------------------------------------------------- sbatch scripts
 
 
@@ -179,21 +199,56 @@ def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str 
     return "\n".join(lines) + "\n"
 
 
+#: bias-stats' exit status -> what the stats job says (3: INCONCLUSIVE, which includes an
+#: unfinished campaign, is a verdict: the job ends with 0)
+STATS_VERDICTS = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE (or unfinished)"}
+
+
 def stats_script(
-    opts: SbatchOptions, output_dir: str, *, level: str, stats_args: Sequence[str] = ()
+    opts: SbatchOptions,
+    output_dir: str,
+    *,
+    level: str | None = None,
+    stats_args: Sequence[str] = (),
 ) -> str:
     """The job to submit with ``--dependency=afterany:<array job id>``: ``bias-extract``
-    then ``bias-stats`` on the campaign under ``output_dir`` (``summary.csv`` and
-    ``stats/`` inside it). ``afterany``: a task that ends with failed realizations
-    (exit 1) still leaves the others to analyse; ``bias-extract`` counts them."""
+    (``summary.csv`` in the campaign root, its reader processes sized from the
+    allocation: ``SLURM_CPUS_PER_TASK``, else the CPUs this job may run on, ``nproc``)
+    then ``bias-stats --input <root>`` with its ``--report`` (``stats/`` and
+    ``report.html`` in the root). bias-stats picks the campaign's requirement from the
+    frozen ``<root>/config.yaml``; ``level`` (``--sbatch-level``) passes ``--level``
+    instead. INCONCLUSIVE (exit 3, also what an unfinished campaign gets) is a verdict,
+    not a job failure: the job ends with 0 and its log says which verdict; FAIL (1) and
+    errors end it with their status. ``afterany``: a task that ends with failed
+    realizations (exit 1) or was stopped still leaves the others to analyse;
+    ``bias-extract`` counts them."""
     q = shlex.quote
+    root = output_dir.rstrip("/")
     res = [f"--time={opts.time}"] if opts.time else []
     res += [f"--mem={opts.mem}"] if opts.mem else []
+    res += [f"--cpus-per-task={opts.cpus}"] if opts.cpus else []
     lines = _header(opts, f"{opts.job_name}-stats", "%x_%j.out", res)
+    lines += ["", "# bias-stats' exit status: " + ", ".join(f"{k} {v}" for k, v in
+                                                      STATS_VERDICTS.items()) + ", 2 bad input;",
+              "# a verdict ends this job with 0 unless it is FAIL (1) or an error."]  # fmt: skip
     lines += ["", *_body(opts)]
-    csv = f"{output_dir.rstrip('/')}/summary.csv"
-    lines.append(f"bias-extract --input-dir {q(output_dir)} --output {q(csv)} --no-progress")
-    stats = ["bias-stats", "--input", csv, "--output-dir", f"{output_dir.rstrip('/')}/stats",
-             "--level", level, "--posterior-dir", output_dir, *stats_args]  # fmt: skip
-    lines.append(" ".join(q(a) for a in stats))
+    lines.append('workers="${SLURM_CPUS_PER_TASK:-$(nproc)}"  # the allocation, not the node')
+    lines.append(f"bias-extract --input-dir {q(root)} --output {q(root + '/summary.csv')} "
+                 '--workers "$workers" --no-progress')  # fmt: skip
+    stats = ["bias-stats", "--input", root, "--output-dir", f"{root}/stats",
+             "--posterior-dir", root, "--report", f"{root}/report.html"]  # fmt: skip
+    if level is not None:
+        stats += ["--level", level]
+    stats += list(stats_args)
+    verdicts = [f'  {k}) echo "bias-stats verdict: {v} (exit {k}); report: {root}/report.html" ;;'
+                for k, v in STATS_VERDICTS.items()]  # fmt: skip
+    lines += [
+        " ".join(q(a) for a in stats) + " && status=0 || status=$?",
+        'case "$status" in',
+        *verdicts,
+        '  *) echo "bias-stats failed (exit $status)" >&2 ;;',
+        "esac",
+        '[ "$status" -eq 3 ] && exit 0',
+        'exit "$status"',
+    ]
     return "\n".join(lines) + "\n"

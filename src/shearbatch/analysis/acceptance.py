@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..core.priors import PRIOR_PULL_MAX, campaign_pull
+from ..schema import requirements as rq
 from .stats import (
     WEIGHTS,
     Fit,
@@ -54,7 +55,7 @@ from .stats import (
     pair_table,
     sbc,
 )
-from .verdict import decide, overall, quantile
+from .verdict import decide, overall, plan, quantile
 
 __all__ = [
     "ACCEPTANCE",
@@ -62,6 +63,7 @@ __all__ = [
     "POINT_ESTIMATES",
     "analyze",
     "criteria",
+    "current_columns",
     "load_acceptance",
     "usable_rows",
 ]
@@ -70,20 +72,25 @@ logger = logging.getLogger(__name__)
 
 LEVELS = ("level_0", "level_1", "level_2")
 #: Per-realization point estimates: summary.csv columns ``g1_<point>``, ``g2_<point>``
-#: (``mode``: the MAP / Laplace centre from convergence.json's ``map_estimate``).
+#: (``mode``: the MAP / Laplace centre from convergence.json's ``mode``).
 POINT_ESTIMATES = ("mean", "median", "mode")
-#: Default acceptance per level: |m| and |c| ceilings (per component) judged at ``z``
-#: standard errors (2.0: one-sided ~97.7%), coverage inside its two-sided ``coverage_z``
-#: binomial band, ``min_seeds`` independent seeds to test coverage or SBC, minimum fraction
-#: of realizations usable, SBC p-value floor.
-ACCEPTANCE: dict[str, dict[str, float]] = {
-    "level_0": {"max_abs_m": 1e-3, "max_abs_c": 1e-4, "z": 2.0, "coverage_z": 3.0,
-                "min_seeds": 20, "min_frac_converged": 0.99, "sbc_p_min": 0.01},
-    "level_1": {"max_abs_m": 2e-3, "max_abs_c": 2e-4, "z": 2.0, "coverage_z": 3.0,
-                "min_seeds": 20, "min_frac_converged": 0.95, "sbc_p_min": 0.01},
-    "level_2": {"max_abs_m": 5e-3, "max_abs_c": 5e-4, "z": 2.0, "coverage_z": 3.0,
-                "min_seeds": 20, "min_frac_converged": 0.90, "sbc_p_min": 0.01},
-}  # fmt: skip
+#: summary.csv columns of older versions still read: old name -> current name
+LEGACY_COLUMNS = {"estimate": "point_estimate"}
+
+
+def current_columns(df: Any) -> Any:
+    """``df`` (a summary table) with the columns of older versions renamed to their
+    current names (:data:`LEGACY_COLUMNS`; the same frame when there is none)."""
+    old = {k: v for k, v in LEGACY_COLUMNS.items() if k in df.columns and v not in df.columns}
+    return df.rename(columns=old) if old else df
+
+
+#: Default acceptance per level (the old --level names; the presets, with their sources, are
+#: :data:`shearbatch.schema.requirements.REQUIREMENTS`): |m| and |c| ceilings (per
+#: component) judged at ``z`` standard errors (2.0: one-sided ~97.7%), coverage inside its
+#: two-sided ``coverage_z`` binomial band, ``min_seeds`` independent seeds to test coverage
+#: or SBC, minimum fraction of the complete realizations usable, SBC p-value floor.
+ACCEPTANCE: dict[str, dict[str, float]] = {lev: rq.criteria_of(lev) for lev in LEVELS}
 REQUIRED_COLUMNS = ("run_id", "g1_true", "g2_true", "g1_mean", "g2_mean", "g1_std", "g2_std",
                     "status", "passed_convergence", "seed")  # fmt: skip
 COVERAGE_LEVELS = {"0.68": ("q16", "q84"), "0.95": ("q025", "q975")}
@@ -127,9 +134,9 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
     of the joint mode's noise bias (MAP), or the warning that averaged posterior means
     (NUTS, VI) are no unbiased shear estimator there; each names the page where the
     measured values are."""
-    if "estimate" not in use or "snr" not in use or not len(use):
+    if "point_estimate" not in use or "snr" not in use or not len(use):
         return None
-    estimates = set(use["estimate"].dropna().astype(str))
+    estimates = set(use["point_estimate"].dropna().astype(str))
     snr = use["snr"].to_numpy(float)
     snr = snr[np.isfinite(snr)]
     if not snr.size or np.median(snr) >= NOISE_BIAS_SNR or len(estimates) != 1:
@@ -211,7 +218,7 @@ def resolve_point(df: Any, point: str) -> str:
     more biased: docs/validation.md, 'Shear prior'), the posterior mean otherwise."""
     if point != "auto":
         return point
-    est = set(df["estimate"].dropna().astype(str)) if "estimate" in df else set()
+    est = set(df["point_estimate"].dropna().astype(str)) if "point_estimate" in df else set()
     has_mode = "g1_mode" in df and df["g1_mode"].notna().any()
     return "mode" if est == {"mode"} and has_mode else "mean"
 
@@ -222,7 +229,7 @@ def _check_point(df: Any, point: str) -> None:
         raise ValueError(f"unknown point estimate {point!r}; use {', '.join(POINT_ESTIMATES)}")
     cols = [f"g1_{point}", f"g2_{point}"]
     missing = [c for c in cols if c not in df.columns]
-    old = " (convergence.json without map_estimate: an older bias-run)" if point == "mode" else ""
+    old = " (convergence.json without a mode: an older bias-run)" if point == "mode" else ""
     if missing:
         raise ValueError(f"point estimate {point}: missing columns: {', '.join(missing)}; "
                          "re-run bias-extract or use --point mean")  # fmt: skip
@@ -283,13 +290,16 @@ def _criterion(
     reason: str = "",
     quantile: float | None = None,
     dof: int | None = None,
+    planning: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One criterion; ``quantile`` / ``dof``: the Student-t bound of an m or c criterion
-    (None for the others)."""
+    """One criterion; ``quantile`` / ``dof``: the Student-t bound of an m or c criterion,
+    ``planning``: its :func:`shearbatch.analysis.verdict.plan` (None for the others)."""
+    p = planning or {}
     return {"name": name, "value": value, "err": err, "threshold": threshold, "z": z,
             "status": status, "n_needed": n_needed, "passed": status == "pass",
             "error_method": error_method, "reason": reason, "quantile": quantile,
-            "dof": dof}  # fmt: skip
+            "dof": dof, "detected": p.get("detected"),
+            "n_pass_if_zero": p.get("n_pass_if_zero")}  # fmt: skip
 
 
 def _scaled(n_used: int, n_seeds: int, min_seeds: int) -> int:
@@ -319,7 +329,8 @@ def criteria(
             out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z,
                                   n_needed=need, error_method=error_label(f), reason=why,
                                   quantile=quantile(z, f.n_groups),
-                                  dof=max(f.n_groups - 1, 0)))  # fmt: skip
+                                  dof=max(f.n_groups - 1, 0),
+                                  planning=plan(x, err, thr, z, n_used, f.n_groups)))  # fmt: skip
     for comp, levels in cov.items():
         for lev, r in levels.items():
             if "observed" not in r:
@@ -353,6 +364,7 @@ def analyze(
     df: Any,
     *,
     level: str = "level_0",
+    requirement: str | None = None,
     estimator: str = "auto",
     acceptance: dict[str, float] | None = None,
     sbc_mode: str = "auto",
@@ -361,8 +373,19 @@ def analyze(
     point: str = "auto",
     weights: str = "none",
     population: dict[str, Any] | None = None,
+    include_unplanned: bool = False,
+    target_sigma_m: float | None = None,
 ) -> tuple[dict[str, Any], dict[str, Fit], Any]:
     """The whole stage-3 analysis of a summary table.
+
+    ``requirement``: a preset of :data:`shearbatch.schema.requirements.REQUIREMENTS` (or
+    an alias), judged instead of ``level`` (an alias kept for the old ``--level``).
+    Rows whose ``in_plan`` is false (realization directories that are not in the
+    campaign's plan) are dropped unless ``include_unplanned``; an unfinished campaign
+    (rows ``incomplete`` or ``corrupt``: planned work not done) is INCONCLUSIVE, its
+    fraction converged counted over the complete realizations
+    (:func:`shearbatch.analysis.scope.scope`). ``target_sigma_m``: add the realizations for
+    that standard error of m to the ``planning`` section.
 
     ``population`` (:func:`shearbatch.analysis.pooled.load_population`): for an
     interim-model campaign, m and c come from the population estimator pooled per grid
@@ -374,16 +397,21 @@ def analyze(
     estimate or weights, no usable rows, ``paired`` without pairs, ``mode``
     without modes, ``inverse-variance`` without finite stds.
     """
-    if level not in LEVELS:
+    if requirement is None and level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; use one of {', '.join(LEVELS)}")
+    name = rq.resolve(requirement if requirement is not None else level)
+    df = current_columns(df)
     if weights not in WEIGHTS:
         raise ValueError(f"unknown weights {weights!r}; use {' or '.join(WEIGHTS)}")
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"missing columns: {', '.join(missing)}")
+    from .scope import scope
+
+    df, sc = scope(df, include_unplanned)
     point = resolve_point(df, point)
     _check_point(df, point)
-    acc = {**ACCEPTANCE[level], **(acceptance or {})}
+    acc = {**rq.criteria_of(name), **(acceptance or {})}
     min_seeds = int(acc["min_seeds"])
     status = df["status"].fillna("").astype(str)
     for c in ("g1_true", "g2_true"):
@@ -405,7 +433,7 @@ def analyze(
     design = design_report(use)
     ring, _ = complete_rings(use)
     pooled = None
-    if population is not None and "estimate" in use and set(use["estimate"]) == {"population"}:
+    if population is not None and set(use.get("point_estimate", [])) == {"population"}:
         from .pooled import pooled_fits
 
         fits, pooled = pooled_fits(use[ring].reset_index(drop=True), population,
@@ -443,10 +471,13 @@ def analyze(
             )
         )
         sbc_res = {"skipped": why}
-    frac = len(use) / len(df)
+    frac = len(use) / max(sc["n_complete"], 1)  # missing work is not a convergence failure
     crit = criteria(fits, cov, sbc_res, frac, acc, len(use))
+    req = {"name": name, "for": rq.REQUIREMENTS[name]["for"],
+           "source": rq.REQUIREMENTS[name]["source"]}  # fmt: skip
     res: dict[str, Any] = {
-        "level": level, "estimator": estimator, "point_estimate": point, "weights": weights,
+        "level": rq.alias_of(name) or name, "estimator": estimator, "point_estimate": point,
+        "weights": weights, "requirement": req,
         "n_realizations": len(df),
         "n_ok": int((status == "ok").sum()), "n_failed": int((status == "failed").sum()),
         "n_incomplete": int((status == "incomplete").sum()),
@@ -470,13 +501,21 @@ def analyze(
     res["prior"] = prior_report(use)
     res["noise_bias"] = noise_bias_note(use)
     res["verdict"] = overall(c["status"] for c in crit)
+    res["scope"] = sc
+    if sc["unfinished"]:  # judged on the complete ones, but never a verdict on missing work
+        res["verdict_of_complete"] = res["verdict"]
+        res["verdict"] = "INCONCLUSIVE"
     res["passed"] = res["verdict"] == "PASS"
+    from .verdict import planning
+
+    res["planning"] = planning(crit, fits, design, len(use), res["n_seeds"], target_sigma_m)
     return res, fits, use
 
 
 def load_acceptance(path: str | None, level: str) -> dict[str, float]:
-    """Overrides for ``level`` from a YAML (``{level_k: {key: value}}``, top level or under
-    ``acceptance:``); unknown levels or keys raise ``ValueError`` naming the key path."""
+    """Overrides for the requirement ``level`` (a preset or an alias) from a YAML (``{name:
+    {key: value}}``, top level or under ``acceptance:``; a preset's overrides may be given
+    under its alias too); unknown names or keys raise ``ValueError`` naming the key path."""
     if path is None:
         return {}
     import yaml
@@ -489,14 +528,15 @@ def load_acceptance(path: str | None, level: str) -> dict[str, float]:
     for lev, vals in sec.items():
         if lev == "convergence" and "acceptance" not in doc:
             continue
-        if lev not in LEVELS:
-            raise ValueError(f"acceptance.{lev}: unknown level; use one of {', '.join(LEVELS)}")
+        if lev not in rq.names():
+            raise ValueError(f"acceptance.{lev}: unknown requirement; use one of "
+                             f"{', '.join(rq.names())}")  # fmt: skip
         if not isinstance(vals, dict):
             raise ValueError(f"acceptance.{lev}: expected a mapping")
         for k, v in vals.items():
-            if k not in ACCEPTANCE[lev]:
+            if k not in rq.CRITERIA_KEYS:
                 raise ValueError(
-                    f"acceptance.{lev}.{k}: unknown key; use {', '.join(ACCEPTANCE[lev])}"
+                    f"acceptance.{lev}.{k}: unknown key; use {', '.join(rq.CRITERIA_KEYS)}"
                 )
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValueError(f"acceptance.{lev}.{k}: must be a number, got {v!r}")
@@ -504,6 +544,10 @@ def load_acceptance(path: str | None, level: str) -> dict[str, float]:
                 raise ValueError(f"acceptance.{lev}.{k}: must be an integer >= 1, got {v!r}")
             if k in ("z", "coverage_z") and v <= 0:
                 raise ValueError(f"acceptance.{lev}.{k}: must be > 0, got {v!r}")
-    return {
-        k: (int(v) if k == "min_seeds" else float(v)) for k, v in (sec.get(level) or {}).items()
-    }
+    name = rq.resolve(level)  # overrides given under the preset's name or its alias
+    out: dict[str, float] = {}
+    for key in (name, rq.alias_of(name)):
+        vals = sec.get(key) if key else None
+        out.update({k: (int(v) if k == "min_seeds" else float(v))
+                    for k, v in (vals or {}).items()})  # fmt: skip
+    return out

@@ -16,8 +16,10 @@ Only what a file states is written: the posterior columns of a non-``ok`` row
 stay empty. Posterior summaries use every draw of every chain: mean, median,
 std, the quantiles q at 0.025, 0.16, 0.84, 0.975, and the SBC rank
 ``rank = #{draws < g_true} / #draws``. ``g1_mode``, ``g2_mode`` are
-``convergence.json``'s ``map_estimate`` (the MAP for MAP, the Laplace centre
-for NUTS and VI); empty when a file predates it.
+``convergence.json``'s ``mode`` (the MAP for MAP, the Laplace centre for NUTS and
+VI; ``map_estimate`` in files of older versions); empty when a file predates it.
+``point_estimate`` is the statistic that stands for the realization (``mode``,
+``mean`` or ``population``: :mod:`shearbatch.core.convergence`).
 
 Design columns: ``seed`` (the group: every realization of a seed shares its
 galaxies, and the errors of ``bias-stats`` resample seeds), ``pair_id`` and
@@ -48,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..core import flags as fl
+from ..core.convergence import Convergence
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
 from ..io import POSTERIOR, find_realization_dirs, inspect_realization
 
@@ -85,10 +88,13 @@ SUMMARY_COLUMNS = [
     "ess_tail_g1", "ess_tail_g2", "rank_g1", "rank_g2", "pair_id", "pair_sign",
     "rotation", "n_rotations",
     "batch_size", "runtime_s", "reason", "flags", "truth_from_prior",
-    "estimate", "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
+    "point_estimate", "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
     "config_hash",
     # the interim model's population fit (core/population.py)
     "shear_model", "pop_n_galaxies", "pop_ess_min", "pop_n_collapsed", "is_ess_min",
+    # False: a directory that is not in the campaign's plan (analysis/progress.py); empty
+    # without a campaign.json
+    "in_plan",
 ]  # fmt: skip
 
 
@@ -122,18 +128,13 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
     return Thresholds(**out)
 
 
-def convergence_flags(conv: Mapping[str, Any], th: Thresholds = DEFAULT_THRESHOLDS) -> int:
+def convergence_flags(
+    conv: Convergence | Mapping[str, Any], th: Thresholds = DEFAULT_THRESHOLDS
+) -> int:
     """A realization's flags with its threshold gates re-evaluated against ``th``."""
-    flags = conv.get("flags")
-    if not isinstance(flags, int):
-        flags = fl.from_names(conv.get("flag_names") or [])
-    return (flags & ~fl.THRESHOLD_GATES) | fl.gate_flags(conv, th)
-
-
-def _site(conv: Mapping[str, Any], key: str, site: str) -> Any:
-    d = conv.get(key)
-    v = d.get(site) if isinstance(d, Mapping) else None
-    return None if v is None or isinstance(v, list | dict) else float(v)
+    if not isinstance(conv, Convergence):
+        conv = Convergence.from_json(conv)
+    return conv.flags_under(th)
 
 
 def interim_draws(path: Path) -> dict[str, Any] | None:
@@ -160,7 +161,7 @@ def interim_draws(path: Path) -> dict[str, Any] | None:
     return {"eps": eps, "log_base": lw.reshape(m, -1), "population": pops}
 
 
-def _population_columns(path: Path, truth: Mapping[str, Any], conv: Mapping[str, Any]):
+def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence):
     """Summary columns of an interim-model realization: g from its own galaxies' pooled
     marginal likelihood (:func:`shearbatch.core.population.fit`; mean = median = mode = the
     maximum, std from the curvature, Gaussian quantiles and rank), the per-galaxy ESS of
@@ -175,12 +176,13 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Mapping[str,
         return None
     lp = pop.shape_log_prior(*d["population"])
     f = pop.fit(d["eps"], d["log_base"], lp)
-    row: dict[str, Any] = {"shear_model": "interim", "estimate": "population",
+    row: dict[str, Any] = {"shear_model": "interim", "point_estimate": "population",
                            "pop_n_galaxies": f.n_galaxies}  # fmt: skip
     k = np.maximum(f.n_draws, 1)
     row["pop_ess_min"] = float(np.min(f.ess / k))
     row["pop_n_collapsed"] = int(f.collapsed.sum())
-    imp = conv.get("importance") if isinstance(conv.get("importance"), Mapping) else {}
+    imp = conv.diagnostics.get("importance")
+    imp = imp if isinstance(imp, Mapping) else {}
     row["is_ess_min"] = imp.get("min")
     flags = fl.flag("POP_WEIGHTS_COLLAPSED") if f.collapsed.any() else 0
     ok = f.converged and np.all(np.isfinite(f.err))
@@ -247,17 +249,16 @@ def read_realization(
             row["truth_from_prior"] = bool(truth["truth_from_prior"])
     conv = ins.convergence
     if conv is not None:
-        row["method"] = conv.get("method")
-        row["config_hash"], row["precision"] = conv.get("config_hash"), conv.get("precision")
-        batch = conv.get("batch")
-        row["batch_size"] = batch.get("size") if isinstance(batch, Mapping) else None
-        row["runtime_s"] = conv.get("runtime_s")
-        row["flags"] = "|".join(conv.get("flag_names") or [])
+        row["method"] = conv.method
+        row["config_hash"], row["precision"] = conv.config_hash, conv.precision
+        row["batch_size"] = conv.batch.get("size") if conv.batch is not None else None
+        row["runtime_s"] = conv.runtime_s
+        row["flags"] = "|".join(conv.flag_names)
     if ins.status != "done" or conv is None:
         return done("incomplete" if ins.status == "absent" else ins.status, ins.reason)
     interim = None
     try:
-        if conv.get("shear_model") == "interim":
+        if conv.shear_model == "interim":
             interim = _population_columns(d / POSTERIOR, truth, conv)
         if interim is None:
             row.update(_posterior_columns(d / POSTERIOR, truth))
@@ -265,22 +266,18 @@ def read_realization(
         return done("corrupt", f"posterior.nc unreadable: {type(err).__name__}: {err}")
     for s in ("g1", "g2"):
         if interim is None:
-            row[f"{s}_mode"] = _site(conv, "map_estimate", s)
-        row[f"rhat_{s}"] = _site(conv, "rhat", s)
-        row[f"ess_{s}"] = _site(conv, "ess_bulk", s)
-        row[f"ess_tail_{s}"] = _site(conv, "ess_tail", s)
-    row["divergences"], row["divergence_frac"] = (
-        conv.get("divergences"),
-        conv.get("divergence_frac"),
-    )
-    row["estimate"] = conv.get("estimate")
-    snr = conv.get("snr")
+            row[f"{s}_mode"] = conv.site("mode", s)
+        row[f"rhat_{s}"] = conv.site("rhat", s)
+        row[f"ess_{s}"] = conv.site("ess_bulk", s)
+        row[f"ess_tail_{s}"] = conv.site("ess_tail", s)
+    row["divergences"], row["divergence_frac"] = conv.gates.divergences, conv.gates.divergence_frac
+    row["point_estimate"] = conv.point_estimate
+    snr = conv.snr
     row["snr"] = float(np.median(snr)) if isinstance(snr, list) and snr else None
-    prior = conv.get("prior") if isinstance(conv.get("prior"), Mapping) else {}
     for s in ("g1", "g2"):
-        p = prior.get(s)
+        p = conv.prior.get(s)
         row[f"prior_shrinkage_{s}"] = p.get("shrinkage") if isinstance(p, Mapping) else None
-    flags = convergence_flags(conv, thresholds)
+    flags = conv.flags_under(thresholds)
     if interim is not None:
         row.update(interim[0])
         flags |= interim[1]
@@ -307,13 +304,16 @@ def extract_campaign(
 ) -> list[dict[str, Any]]:
     """Rows of every realization directory under ``root``, in path order.
 
-    Directories are read by ``workers`` processes (default: the CPU count;
-    ``1`` reads in this process; small campaigns are always read here), in
-    chunks of ``chunk`` directories. ``path`` is relative to ``root``.
+    Directories are read by ``workers`` processes (default: the CPUs this process may
+    use, :func:`shearbatch.slurm.allocated_cpus`: ``SLURM_CPUS_PER_TASK``, else the
+    affinity mask; ``1`` reads in this process; small campaigns are always read here),
+    in chunks of ``chunk`` directories. ``path`` is relative to ``root``.
     """
+    from ..slurm import allocated_cpus
+
     root = Path(root)
     dirs = find_realization_dirs(root)
-    workers = workers or os.cpu_count() or 1
+    workers = workers or allocated_cpus()
     chunks = [[str(p) for p in dirs[i : i + chunk]] for i in range(0, len(dirs), chunk)]
     logger.info("found %d realization directories under %s", len(dirs), root)
     bar = None
@@ -417,7 +417,7 @@ def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     df = pd.DataFrame(list(rows), columns=SUMMARY_COLUMNS)
     for col in ("seed", "pair_sign", "rotation", "n_rotations", "batch_size", "divergences"):
         df[col] = df[col].astype("Int64")
-    for col in ("passed_convergence", "truth_from_prior"):
+    for col in ("passed_convergence", "truth_from_prior", "in_plan"):
         df[col] = df[col].astype("boolean")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ so nothing here touches pyplot's global state or the user's backend.
   with the expected value, its two-sided binomial band and the test's status
   (pass, fail, or inconclusive with too few independent seeds).
 - :func:`rank_figure`: histograms of the truth's rank among the draws (SBC;
-  a PIT histogram when the truths were not drawn from the prior).
+  a PIT histogram when the truths were not drawn from the prior), with the uniform
+  99% band drawn per independent seed (:func:`seed_band`).
 - :func:`diagnostics_figure`: per-method diagnostics of the worst
   realizations (:data:`WORST_RULE`), read from their ``posterior.nc``: trace and
   rank plots per chain for NUTS; draws against the Laplace / guide Gaussian for
@@ -34,6 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats as st
 
+from ..core.convergence import Convergence
 from ..io import POSTERIOR
 from .stats import Fit, error_label
 
@@ -43,6 +45,7 @@ __all__ = [
     "diagnostics_figure",
     "rank_figure",
     "residual_figure",
+    "seed_band",
     "stamps_figure",
     "trace_figure",
     "worst_converged",
@@ -171,8 +174,12 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
         bins = n_bins or int(np.clip(r.size // 5, 2, 20))
         ax.hist(np.clip(r, 0, 1), bins=bins, range=(0, 1), color="C0", alpha=0.7, edgecolor="w")
         p = 1.0 / bins
-        lo, hi = st.binom.ppf([0.005, 0.995], r.size, p)
-        ax.axhspan(lo, hi, color="0.8", zorder=0, label="uniform: 99% band")
+        seeds = df["seed"].astype(str).to_numpy()[np.isfinite(df[col].to_numpy(float))] \
+            if "seed" in df.columns else None  # fmt: skip
+        lo, hi, k = seed_band(r.size, seeds, p)
+        label = "uniform: 99% band" + (f" per independent seed ({r.size / k:.0f} seeds, "
+                                       f"{k:.2g} realizations each)" if k > 1 else "")  # fmt: skip
+        ax.axhspan(lo, hi, color="0.8", zorder=0, label=label)
         ax.axhline(r.size * p, color="k", lw=1, label="uniform expectation")
         res = sbc_res.get(comp, {}) if applied else {}
         pv = f", χ² p = {res['p_value']:.3f}" if "p_value" in res else ""
@@ -186,10 +193,27 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
     return fig
 
 
+def seed_band(n: int, seeds: np.ndarray | None, p: float, level: float = 0.99) -> tuple:
+    """``(lo, hi, per_seed)``: the central ``level`` band of a rank-histogram bin count
+    (probability ``p`` per realization) drawn per independent seed.
+
+    A seed's realizations (its grid points, pair twins and rotations share the galaxy and
+    the noise) have correlated ranks, so a bin count varies more than a binomial over the
+    ``n`` rows: up to ``per_seed`` times more when a seed's realizations share one rank.
+    The band is that limit, ``per_seed * Binomial(G, p)`` over the ``G`` seeds
+    (``per_seed = n / G``), which never understates the scatter of positively correlated
+    ranks; one realization per seed gives the plain binomial band.
+    """
+    g = n if seeds is None else max(len(np.unique(seeds)), 1)
+    k = n / g
+    lo, hi = st.binom.ppf([(1 - level) / 2, (1 + level) / 2], g, p)
+    return k * lo, k * hi, k
+
+
 #: what "worst" means, printed on the diagnostics figure and in bias-stats --help
 WORST_RULE = (
     "worst = failing convergence first, then the largest R-hat - 1, then the largest "
-    "pull |g_mean - g_true| / g_std summed over g1 and g2"
+    "pull |g_mean - g_true| / g_std summed over g1 and g2; one realization per seed"
 )
 
 
@@ -197,7 +221,9 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
     """Run ids of the ``k`` worst-converged ok realizations (:data:`WORST_RULE`).
 
     Order: not passing convergence first, then the largest R-hat, then the
-    smallest bulk ESS, then the largest pull ``|g_hat - g_true| / std``.
+    smallest bulk ESS, then the largest pull ``|g_hat - g_true| / std``; at most one
+    realization per seed (a seed's grid points share its galaxy and noise, so the same
+    seed would fill every row).
     """
     ok = df[df["status"].astype(str) == "ok"].copy()
     if ok.empty:
@@ -210,11 +236,21 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
             key += 1e6 * np.nan_to_num(ok[f"rhat_{comp}"].to_numpy(float) - 1.0)
         pull = np.abs(ok[f"{comp}_mean"].to_numpy(float) - ok[f"{comp}_true"].to_numpy(float))
         key += np.nan_to_num(pull / ok[f"{comp}_std"].to_numpy(float))
-    order = np.argsort(-key, kind="stable")[:k]
-    return ok["run_id"].to_numpy(object)[order].tolist()
+    order = np.argsort(-key, kind="stable")
+    seeds = ok["seed"].astype(str).to_numpy() if "seed" in ok.columns else None
+    out, seen = [], set()
+    for i in order:
+        s = seeds[i] if seeds is not None else i
+        if s in seen:
+            continue
+        seen.add(s)
+        out.append(ok["run_id"].to_numpy(object)[i])
+        if len(out) == k:
+            break
+    return out
 
 
-def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
+def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], Convergence]:
     """``(g draws (chain, draw), root attrs, convergence record)`` of one realization."""
     import json
 
@@ -224,8 +260,8 @@ def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], d
         g = {s: np.asarray(tree["posterior"][s].values, float) for s in ("g1", "g2")}
         attrs = dict(tree.attrs)
     conv_path = Path(d) / "convergence.json"
-    conv = json.loads(conv_path.read_text()) if conv_path.is_file() else {}
-    return g, attrs, conv
+    raw = json.loads(conv_path.read_text()) if conv_path.is_file() else {}
+    return g, attrs, Convergence.from_json(raw)
 
 
 def _rank_lines(ax: Any, x: np.ndarray, bins: int = 20) -> None:
@@ -269,7 +305,7 @@ def diagnostics_figure(
     axes = np.atleast_2d(fig.subplots(n, 4))
     for row, d, (t1, t2) in zip(axes, dirs, truths, strict=False):
         g, attrs, conv = _read_realization(d)
-        method = str(attrs.get("inference_method", conv.get("method", "?")))
+        method = str(attrs.get("inference_method", conv.method or "?"))
         t = {"g1": t1, "g2": t2}
         name = Path(d).name
         if g["g1"].shape[0] > 1:
@@ -288,8 +324,8 @@ def diagnostics_figure(
         else:
             x = np.stack([g["g1"].ravel() - t1, g["g2"].ravel() - t2])
             # MAP: the Laplace Gaussian sits at the mode; VI: the guide at its own mean
-            laplace = conv.get("estimate") == "mode"  # a mode estimate with its Laplace draws
-            mode = (conv.get("map_estimate") or {}) if laplace else {}
+            laplace = conv.point_estimate == "mode"  # a mode estimate with its Laplace draws
+            mode = conv.mode if laplace else {}
             centre = np.array([mode.get("g1", t1 + x[0].mean()) - t1,
                                mode.get("g2", t2 + x[1].mean()) - t2])  # fmt: skip
             cov = np.cov(x)
@@ -319,8 +355,8 @@ def diagnostics_figure(
             ax.set_axis_off()
             lines = [f"{name}", f"method: {method} (independent draws, one 'chain':",
                      "  no trace or R-hat to show)", f"draws: {x.shape[1]}",
-                     f"status: {conv.get('status', '?')}  flags: "
-                     f"{', '.join(conv.get('flag_names') or []) or 'none'}"]  # fmt: skip
+                     f"status: {conv.status or '?'}  flags: "
+                     f"{', '.join(conv.flag_names) or 'none'}"]  # fmt: skip
             for j, comp in enumerate(("g1", "g2")):
                 lines.append(f"{comp}: truth {t[comp]:+.4f}, std {np.sqrt(cov[j, j]):.2e}")
             ax.text(0.0, 0.95, "\n".join(lines), va="top", fontsize=8, family="monospace",

@@ -8,6 +8,14 @@ fraction converged all see an unfinished campaign as unfinished. A realization
 directory in flight (files being written by a running ``bias-run``) has no
 ``convergence.json`` yet and is ``incomplete`` too.
 
+Each row's ``in_plan`` says whether its directory is one of the plan's (a manifest's
+``run_ids``): a directory that is not (left by another campaign, or by a run whose
+manifest was removed) is ``False`` and listed in :attr:`Progress.unplanned`, so
+``bias-extract`` reports it and ``bias-stats`` leaves it out unless told otherwise;
+without any manifest ``in_plan`` is empty (unknown). The realizations of a
+single-realization root (``bias-run --g1-true``, whose manifest plans only the first) are
+all in it.
+
 Rows whose campaign-defining settings (config hash, method, precision) differ
 within one campaign are reported as a mix (their ``summary.csv`` columns
 ``config_hash``, ``method``, ``precision`` tell them apart); different batch
@@ -41,6 +49,7 @@ class Progress(NamedTuple):
     mixed: dict[str, dict[str, int]]  # setting -> {value: count}, only when > 1 value
     batch_sizes: dict[str, int]
     problems: list[str]  # unreadable manifests
+    unplanned: tuple[str, ...] = ()  # realization directories (paths) in no manifest's plan
 
     @property
     def finished(self) -> bool:
@@ -55,7 +64,19 @@ class Progress(NamedTuple):
             text += (f"; UNFINISHED: {self.n_in_progress} in progress or interrupted, "
                      f"{self.n_not_started} not started"
                      + (f", {n_other} corrupt" if n_other > 0 else ""))  # fmt: skip
+        if self.unplanned:
+            text += f"; {self.unplanned_line()}"
         return text
+
+    def unplanned_line(self, first: int = 3) -> str:
+        """``k realization directories not in the plan (a, b, c, ...)``, or empty."""
+        if not self.unplanned:
+            return ""
+        ids = ", ".join(self.unplanned[:first]) + (", ..." if len(self.unplanned) > first else "")
+        return (
+            f"{len(self.unplanned)} realization director"
+            f"{'y' if len(self.unplanned) == 1 else 'ies'} not in the plan ({ids})"
+        )
 
 
 def campaign_progress(
@@ -66,6 +87,7 @@ def campaign_progress(
     homes = {root} | {(root / r["path"]).parent for r in rows if r.get("path")}
     seen = {os.path.normpath(r["path"]) for r in rows if r.get("path")}
     out, planned, problems, in_flight = list(rows), set(), [], set()
+    singles: set[Path] = set()  # homes of single-realization manifests
     for home in sorted(homes):
         if not (home / MANIFEST).is_file():
             continue
@@ -75,6 +97,8 @@ def campaign_progress(
             problems.append(str(err))
             continue
         assert man is not None
+        if man["plan"].get("design") == "single":
+            singles.add(home)
         ids = [str(rid) for rid in man["plan"].get("run_ids") or []]
         busy = held(home, ids)
         for rid in ids:
@@ -88,6 +112,18 @@ def campaign_progress(
     for r in rows:
         if r["status"] == "incomplete" and os.path.normpath(r.get("path") or "") in in_flight:
             r["reason"] = "in flight (being written by a running bias-run)"
+    unplanned = []
+    for r in rows:
+        rel = os.path.normpath(r.get("path") or ".")
+        if not planned and not singles:
+            r["in_plan"] = None
+        elif rel in planned or (root / rel).parent in singles:
+            r["in_plan"] = True
+        else:
+            r["in_plan"] = False
+            unplanned.append(rel)
+    for r in out[len(rows) :]:
+        r["in_plan"] = True
     done = {"ok", "failed"}
     scope = (
         [r for r in rows if os.path.normpath(r.get("path") or "") in planned] if planned else rows
@@ -110,6 +146,7 @@ def campaign_progress(
         mixed,
         dict(sizes),
         problems,
+        tuple(sorted(unplanned)),
     )
     return out, prog
 

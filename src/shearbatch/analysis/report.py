@@ -2,9 +2,12 @@
 
 Everything is inline (CSS, figures as base64 PNG ``data:`` URIs), so the file
 can be mailed to a colleague and opened anywhere without the campaign
-directory: the verdict; m and c with their errors and the error method; every
-acceptance criterion; coverage; SBC; failures and exclusions by flag; the
-figures; and the provenance (commands, versions, config hashes, machine).
+directory: the verdict and the requirement it was judged against (with its source);
+m and c with their errors and the error method; every acceptance criterion; the
+planning lines (realizations to PASS if the true bias were 0, from the campaign's own
+scatter); coverage; SBC; failures and exclusions by flag; the figures (stamps of a few
+realizations: data, model at the estimate, residual); the config as run (YAML); and
+the provenance (commands, versions, config hashes, machine).
 """
 
 from __future__ import annotations
@@ -37,14 +40,17 @@ pre{padding:.5em;overflow-x:auto;white-space:pre-wrap} td code{white-space:pre-w
 """
 
 _CAPTIONS = {
+    "stamps.png": "A few realizations of distinct seeds: the data, the model at the "
+    "estimate and the residual (data − model) / σ, in units of the pixel noise.",
     "residuals.png": "Residuals of the per-realization point estimate against the truth, with "
     "the fitted line m g_true + c and its ±1σ band (error method in the legend).",
     "coverage.png": "Observed coverage of the central 68% / 95% posterior intervals against "
     "the expected value and its two-sided binomial band.",
     "ranks.png": "Rank of the truth among the posterior draws (SBC when the truths were drawn "
-    "from the prior, a PIT histogram otherwise).",
-    "worst_diagnostics.png": "Per-method diagnostics of the worst realizations (the rule is "
-    "in the figure's title).",
+    "from the prior, a PIT histogram otherwise); the 99% band is widened by the design "
+    "effect of realizations that share a seed.",
+    "worst_diagnostics.png": "Per-method diagnostics of the worst realizations, one per seed "
+    "(the rule is in the figure's title).",
 }
 
 
@@ -122,21 +128,38 @@ def render_report(
     figures: Sequence[Path],
     flags: Mapping[str, int],
     prov: Mapping[str, Any],
+    config: Mapping[str, str] | None = None,
 ) -> str:
-    """The whole HTML document of a ``bias-stats`` result ``res`` (bias_results.json)."""
+    """The whole HTML document of a ``bias-stats`` result ``res`` (bias_results.json);
+    ``config``: ``{text, source}`` of the config as run (YAML)."""
     v = res["verdict"]
+    req = res.get("requirement") or {"name": res["level"]}
+    sc = res.get("scope") or {}
+    unfinished = f" — {_esc(sc['message'])}" if sc.get("unfinished") else ""
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>shearbatch report: {_esc(v)}</title><style>{_CSS}</style></head><body>",
         "<h1>Shear-bias campaign report</h1>",
-        f"<p><span class='verdict {v}' id='verdict'>{_esc(v)}</span> "
-        f"{_esc(res['level'])}: used {res['n_used']} of {res['n_realizations']} realization(s) "
+        f"<p><span class='verdict {v}' id='verdict'>{_esc(v)}</span>{unfinished} "
+        f"requirement <b>{_esc(req['name'])}</b>: used {res['n_used']} of "
+        f"{res['n_realizations']} realization(s) "
         f"({res['n_seeds']} independent seeds); estimator {_esc(res['estimator'])}, point "
         f"estimate {_esc(res['point_estimate'])}, weights {_esc(res['weights'])}.</p>",
         "<p>Model: g_hat = (1 + m) g_true + c, per component. A criterion PASSes when "
-        f"|x| + zσ ≤ threshold, FAILs when |x| − zσ &gt; threshold (z = {res['z']:g}), and is "
-        "INCONCLUSIVE otherwise.</p>",
+        f"|x| + qσ ≤ threshold, FAILs when |x| − qσ &gt; threshold (z = {res['z']:g}, q its "
+        "Student-t quantile with seeds − 1 degrees of freedom), and is INCONCLUSIVE "
+        "otherwise.</p>",
     ]
+    if req.get("source"):
+        parts.append(
+            f"<p><b>Requirement {_esc(req['name'])}</b> ({_esc(req.get('for', ''))}"
+            f"; chosen {_esc(req.get('chosen', ''))}): {_esc(req['source'])}.</p>"
+        )
+    if sc.get("unplanned_dropped"):
+        parts.append(
+            f"<p><b>Note:</b> {sc['unplanned_dropped']} realization(s) not in the "
+            "campaign's plan were left out (bias-stats --include-unplanned).</p>"
+        )
     if res.get("noise_bias"):
         parts.append(f"<p><b>Note:</b> {_esc(res['noise_bias']['message'])}</p>")
     if (res.get("prior") or {}).get("dominated"):
@@ -169,10 +192,15 @@ def render_report(
                                                            if c.get("quantile") else "")), thr,
                      f"<span class='{c['status']}'>{_esc(c['status'].upper())}</span>",
                      _esc(c.get("reason") or "") + (f" (needs ~{c['n_needed']} realizations)"
-                                                    if c.get("n_needed") else "")])  # fmt: skip
+                                                    if c.get("n_needed") and "realizations"
+                                                    not in (c.get("reason") or "") else "")])  # fmt: skip
     parts += ["<h2>Acceptance criteria</h2>",
               _table(["criterion", "value", "± error", "error method", "threshold", "status",
                       "note"], rows)]  # fmt: skip
+    plan = res.get("planning") or {}
+    if plan.get("lines"):
+        parts += ["<h2>Planning</h2>",
+                  f"<pre id='planning'>{_esc(chr(10).join(plan['lines']))}</pre>"]  # fmt: skip
     rows = []
     for comp, levels in res["coverage"].items():
         for lev, r in levels.items():
@@ -207,6 +235,9 @@ def render_report(
     parts.append(_table(["what", "realizations"], counts))
     parts.append("<h2>Figures</h2>")
     parts += [_figure_html(p) for p in figures] or ["<p>No figures (--no-plots).</p>"]
+    if config:
+        parts += ["<h2>Config as run</h2>", f"<p>From {_esc(config.get('source', ''))}.</p>",
+                  f"<pre id='config'>{_esc(config['text'])}</pre>"]  # fmt: skip
     parts += ["<h2>Provenance</h2>",
               _table(["", ""], [[_esc(k), f"<code>{_esc(val)}</code>"] for k, val in prov.items()]),
               "</body></html>"]  # fmt: skip

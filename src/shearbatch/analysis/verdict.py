@@ -22,11 +22,23 @@ at ``q = 14.0``. Without a seed count (``n_seeds=None``) ``q = z``.
 
 ``sigma`` scales as ``1 / sqrt(N)`` at a fixed number of realizations per seed,
 so with ``N_used`` realizations the campaign needs the smallest ``N`` with
-``q(N) sigma sqrt(N_used / N) <= |T - |x||`` (``q(N)`` with ``G N / N_used``
-seeds): ``N_used (z sigma / (T - |x|))^2`` at large ``G``. It is the
-realizations to pass when ``|x| < T`` and to confirm a fail when ``|x| >= T``
-(both assume the estimate stays where it is; more seeds, not more grid points
-per seed, are what shrink ``sigma``).
+``q(N) sigma sqrt(N_used / N) <= gap`` (``q(N)`` with ``G N / N_used`` seeds):
+``N_used (z sigma / gap)^2`` at large ``G`` (:func:`n_needed`). Which gap is asked
+about depends on what the estimate says (:func:`plan`):
+
+- ``n_pass_if_zero`` (every criterion): ``gap = T``, the realizations to PASS if the
+  true bias were 0, ``N_used (q sigma / T)^2`` from the measured scatter alone: the
+  planning number, which does not move with the noise in ``x``;
+- only when the bias is *detected* (``|x| > q sigma``): ``n_confirm_fail`` (``|x| >
+  T``, ``gap = |x| - T``) or ``n_pass_at_estimate`` (``|x| < T``, ``gap = T - |x|``),
+  which take the estimate as the truth. An estimate within ``q sigma`` of zero is
+  noise: extrapolating from it gives numbers that explode near the threshold (~2.3
+  million realizations "to confirm a FAIL" for ``|m| = 0.0052 +- 0.010`` against 0.005),
+  so none is given.
+
+:func:`decide` reports the one a user acts on as ``n_needed``: ``n_confirm_fail`` or
+``n_pass_at_estimate`` when detected, else ``n_pass_if_zero``. More seeds, not more
+grid points per seed, are what shrink ``sigma``.
 
 The campaign's verdict (:func:`overall`): ``FAIL`` if any criterion fails,
 else ``INCONCLUSIVE`` if any is inconclusive, else ``PASS``.
@@ -36,10 +48,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from scipy import stats as st
 
-__all__ = ["EXIT_CODES", "STATUSES", "VERDICTS", "decide", "n_needed", "overall", "quantile"]
+__all__ = [
+    "EXIT_CODES",
+    "STATUSES",
+    "VERDICTS",
+    "decide",
+    "n_for_sigma",
+    "n_needed",
+    "overall",
+    "plan",
+    "quantile",
+]
 
 STATUSES = ("pass", "fail", "inconclusive")
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
@@ -99,6 +122,31 @@ def n_needed(
     return hi
 
 
+def plan(
+    x: float,
+    err: float | None,
+    threshold: float,
+    z: float,
+    n_used: int,
+    n_seeds: int | None = None,
+) -> dict[str, Any]:
+    """The realizations questions of one bias ``x +- err`` (module docstring):
+    ``{quantile, detected, n_pass_if_zero, n_confirm_fail, n_pass_at_estimate}``;
+    the counts are None where not asked (or no finite number answers)."""
+    out: dict[str, Any] = {"quantile": None, "detected": False, "n_pass_if_zero": None,
+                           "n_confirm_fail": None, "n_pass_at_estimate": None}  # fmt: skip
+    if err is None or not math.isfinite(err) or (n_seeds is not None and n_seeds < 2):
+        return out
+    a, q = abs(x), quantile(z, n_seeds)
+    out["quantile"] = q
+    out["detected"] = bool(a > q * err)
+    out["n_pass_if_zero"] = n_needed(0.0, err, threshold, z, n_used, n_seeds)
+    if out["detected"]:
+        key = "n_confirm_fail" if a > threshold else "n_pass_at_estimate"
+        out[key] = n_needed(a, err, threshold, z, n_used, n_seeds)
+    return out
+
+
 def decide(
     x: float,
     err: float | None,
@@ -110,8 +158,9 @@ def decide(
     """``(status, n_needed, reason)`` of one bias ``x +- err`` against ``threshold``.
 
     ``err`` is estimated from ``n_seeds`` independent seeds (the bound's quantile is
-    Student-t, :func:`quantile`); ``n_needed`` (realizations) is set only when
-    ``status`` is ``inconclusive``.
+    Student-t, :func:`quantile`); ``n_needed`` (realizations, :func:`plan`) is set only
+    when ``status`` is ``inconclusive``: to confirm a FAIL or to PASS at the estimate when
+    the bias is detected (``|x| > q sigma``), else to PASS if the true bias were 0.
     """
     a = abs(x)
     if err is None or not math.isfinite(err) or (n_seeds is not None and n_seeds < 2):
@@ -121,13 +170,32 @@ def decide(
         return "pass", None, ""
     if a - q * err > threshold:
         return "fail", None, ""
-    need = n_needed(a, err, threshold, z, n_used, n_seeds)
+    p = plan(x, err, threshold, z, n_used, n_seeds)
     bound = "z·σ" if n_seeds is None else f"{q:.3g}·σ (Student-t, {n_seeds - 1} dof)"
-    if a < threshold:
-        why = f"|x| < threshold < |x| + {bound}"
-        return "inconclusive", need, why + (f"; ~{need} realizations to decide" if need else "")
-    why = f"|x| - {bound} <= threshold <= |x|"
-    return "inconclusive", need, why + (f"; ~{need} realizations to confirm a FAIL" if need else "")
+    why = (f"|x| < threshold < |x| + {bound}" if a < threshold
+           else f"|x| - {bound} <= threshold <= |x|")  # fmt: skip
+    if p["detected"]:  # the estimate is signal: what it takes if it stays there
+        why += f"; bias detected (|x| > {q:.3g}·σ)"
+        if p["n_confirm_fail"]:
+            return "inconclusive", p["n_confirm_fail"], (
+                f"{why}: ~{p['n_confirm_fail']} realizations to confirm a FAIL")  # fmt: skip
+        if p["n_pass_at_estimate"]:
+            return "inconclusive", p["n_pass_at_estimate"], (
+                f"{why}: ~{p['n_pass_at_estimate']} realizations to PASS if it stays at the "
+                "estimate")  # fmt: skip
+        return "inconclusive", None, f"{why}, on the threshold: no number of realizations decides"
+    need = p["n_pass_if_zero"]
+    why += f"; |x| within {q:.3g}·σ of zero (no bias detected)"
+    return "inconclusive", need, why + (
+        f"; ~{need} realizations to PASS if the true bias is 0" if need else "")  # fmt: skip
+
+
+def n_for_sigma(err: float, target: float, n_used: int) -> int | None:
+    """Realizations for a standard error ``target`` from ``err`` at ``n_used`` (``1/sqrt(N)``
+    at the campaign's realizations per seed); None for a non-finite error."""
+    if not (math.isfinite(err) and target > 0):
+        return None
+    return max(math.ceil(float(f"{n_used * (err / target) ** 2:.12g}")), 1)
 
 
 def overall(statuses: Iterable[str]) -> str:
@@ -141,3 +209,89 @@ def overall(statuses: Iterable[str]) -> str:
     if "inconclusive" in seen:
         return "INCONCLUSIVE"
     return "PASS"
+
+
+def _design_words(design: dict[str, Any]) -> str:
+    rot = int(design.get("rotations") or 1)
+    words = "paired (+g/-g)" if design.get("paired") else "unpaired"
+    return words + (f", ring of {rot} rotations" if rot > 1 else ", no rings")
+
+
+def planning(
+    criteria: list[dict[str, Any]],
+    fits: dict[str, Any],
+    design: dict[str, Any],
+    n_used: int,
+    n_seeds: int,
+    target_sigma_m: float | None = None,
+) -> dict[str, Any]:
+    """The ``planning`` section of bias_results.json, and its printed ``lines``: per m / c
+    criterion the realizations to PASS if the true bias were 0 (and, when the bias is
+    detected, to confirm a FAIL or to PASS at the estimate), and with ``target_sigma_m``
+    the realizations for that error of m; all from this campaign's scatter, for more
+    seeds of the same design (same realizations per seed)."""
+    per_seed = n_used / max(n_seeds, 1)
+    words = _design_words(design)
+    lines = [
+        f"planning, from this campaign's scatter ({n_used} realizations, {n_seeds} seeds, "
+        f"{per_seed:g} per seed; design: {words}); more seeds of the same design:"
+    ]
+    rows = []
+    for c in criteria:
+        if not c["name"].startswith(("|m", "|c")) or c.get("err") is None:
+            continue
+        z, thr, err, x = c["z"], c["threshold"], c["err"], c["value"]
+        seeds = c["dof"] + 1 if c.get("dof") is not None else n_seeds  # the fit's seeds
+        p = plan(x, err, thr, z, n_used, seeds)
+        if c["status"] != "inconclusive":  # decided: nothing left to confirm
+            p.update(n_confirm_fail=None, n_pass_at_estimate=None)
+        row = {"name": c["name"], "value": x, "err": err, "threshold": thr,
+               "status": c["status"], **p}  # fmt: skip
+        rows.append(row)
+        n0 = p["n_pass_if_zero"]
+        if p["quantile"] is None:
+            lines.append(f"  {c['name']:<5}: no error estimate (needs at least 2 seeds)")
+            continue
+        head = f"  {c['name']:<5} = {x:.3g} ± {err:.2g} ({c['status']}"
+        head += f", {'detected' if p['detected'] else 'not detected'}: |x| "
+        head += f"{'>' if p['detected'] else '<='} {p['quantile']:.3g}·σ): "
+        if n0 is None:
+            lines.append(head + "no finite number of realizations decides")
+            continue
+        s0 = max(int(n0 / per_seed), 2)  # the seeds of n0 realizations, as n_needed counts
+        q0 = quantile(z, s0)
+        text = (
+            f"~{n0} realizations to PASS < {thr:g} if the true value is 0 "
+            f"[the smallest N >= {n_used}·(q·{err:.4g}/{thr:g})² = "
+            f"{n_used * (q0 * err / thr) ** 2:.1f} with q = {q0:.5g} at {s0} seeds]"
+        )
+        if p["n_confirm_fail"]:
+            text += f"; ~{p['n_confirm_fail']} to confirm a FAIL"
+        elif p["n_pass_at_estimate"]:
+            text += f"; ~{p['n_pass_at_estimate']} to PASS if it stays at {x:.3g}"
+        lines.append(head + text)
+    notes = []
+    c_open = [r for r in rows if r["name"].startswith("|c") and r["status"] != "pass"]
+    if c_open and int(design.get("rotations") or 1) < 2:
+        notes.append("c: pairs cancel the intrinsic shape in m, not in c (c is the mean of "
+                     "each pair's average, which keeps the shape); a ring design "
+                     "(bias-run --rotations 2) cancels it in c too: docs/first-campaign.md")  # fmt: skip
+    out: dict[str, Any] = {"design": words, "paired": bool(design.get("paired")),
+                           "rotations": int(design.get("rotations") or 1), "n_used": n_used,
+                           "n_seeds": n_seeds, "realizations_per_seed": per_seed,
+                           "criteria": rows, "target_sigma_m": target_sigma_m}  # fmt: skip
+    if target_sigma_m is not None:
+        need = {}
+        for comp, f in fits.items():
+            k = f"m{comp[1]}"
+            if f.m is None or f.m_err is None:
+                need[k] = None
+                continue
+            need[k] = n_for_sigma(f.m_err, target_sigma_m, n_used)
+            lines.append(f"  sigma_{k} = {target_sigma_m:g}: ~{need[k]} realizations "
+                         f"(~{math.ceil(need[k] / per_seed)} seeds) of this design "
+                         f"[{n_used}·({f.m_err:.4g}/{target_sigma_m:g})²]")  # fmt: skip
+        out["n_for_target"] = need
+    out["notes"] = notes
+    out["lines"] = lines + [f"  NOTE {n}" for n in notes]
+    return out

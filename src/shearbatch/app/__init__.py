@@ -5,14 +5,24 @@
   :class:`PlanError` or :class:`~shearbatch.schema.ConfigError`, one line naming the flag or
   key, before anything is computed);
 - :func:`run` (manifest, claims, signals, time limit, engine), :func:`emit_sbatch` (a SLURM
-  array script instead), :func:`preview` (PNGs of the stamps and fitted models).
+  array script instead), :func:`preview` (PNGs of the stamps and fitted models),
+  :func:`estimate_lines` (the dry run's disk and, with a pilot batch, time estimates).
 
 The CLI (:mod:`shearbatch.cli`) only parses, calls this package, prints and maps exceptions
 to exit codes; nothing here imports it.
 """
 
-from .options import PlanError, RunOptions, apply_flags, config_with_flags, flag_name
-from .plan import MAX_PLAN, Plan, check_out_path, check_writable, plan_run
+from .estimate import disk_estimate, estimate_lines, pilot
+from .options import (
+    PlanError,
+    RunOptions,
+    apply_flags,
+    config_with_flags,
+    flag_name,
+    merge_config,
+    parse_sets,
+)
+from .plan import MAX_PLAN, Plan, check_campaign, check_out_path, check_writable, plan_run
 from .preview import models_at_estimate, preview
 from .runner import (
     COMMANDS_FILE,
@@ -38,15 +48,21 @@ __all__ = [
     "RunOptions",
     "StopOnSignal",
     "apply_flags",
+    "check_campaign",
     "check_out_path",
     "check_writable",
     "compile_first",
     "config_with_flags",
     "deadline",
+    "disk_estimate",
     "emit_sbatch",
+    "estimate_lines",
     "flag_name",
+    "merge_config",
     "models_at_estimate",
     "n_complete",
+    "parse_sets",
+    "pilot",
     "plan_run",
     "preview",
     "preview_only",

@@ -5,13 +5,21 @@ The options are ``bias-run``'s flags with underscores (``shear_grid=(-0.05, 0.05
 set a config key (``--batch-size`` -> ``campaign.batch_size``) are merged into the config's
 DATA and the merged mapping is validated by the schema, so every rule on a key has one home
 (schema/); an error on a key a flag set is reported under that flag's name.
+
+``--set key.path=value`` (``set_values``, repeatable; GalSim's ``galsim cfg.yaml
+image.noise.snr=15`` convention) sets any config key: the value is parsed as YAML (a
+number, ``null``, a word, ``[0.01, 0.02]``), applied to the file's data before the flags
+and the schema; a key the schema does not know, or a value it refuses, is one line
+naming ``--set <key>``. :func:`merge_config` returns the validated config together with
+the data it was validated from (frozen as ``<output-dir>/config.yaml``) and the
+overrides applied (recorded in ``campaign.json``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +31,9 @@ __all__ = [
     "apply_flags",
     "config_with_flags",
     "flag_name",
+    "merge_config",
     "overrides",
+    "parse_sets",
 ]
 
 
@@ -76,6 +86,10 @@ class RunOptions:
     sbatch_setup: tuple[str, ...] = ()
     sbatch_stats: bool | None = None
     sbatch_level: str | None = None
+    #: ``--set key.path=value`` items (applied before the flags)
+    set_values: tuple[str, ...] = ()
+    #: ``--pilot``: the dry run also compiles and times one batch
+    pilot: bool = False
 
     @classmethod
     def fields(cls) -> tuple[str, ...]:
@@ -200,25 +214,133 @@ def _flag_error(msg: str, over: Mapping[str, tuple[str, Any]]) -> str:
     return f"{flag_name(option)}: {rest}"
 
 
-def config_with_flags(data: Mapping[str, Any], kw: RunOptions | Mapping[str, Any]) -> Any:
-    """Validate ``data`` (a config mapping), then ``data`` with the given flags merged in:
-    raises :class:`~shearbatch.schema.ConfigError` naming the config key (a bad value in
-    the file is refused even where a flag would override it), or :class:`PlanError` naming
-    the flag, in one line."""
+def _check_key(key: str, raw: str) -> None:
+    """One line naming ``--set key`` when the schema has no such key (walking the models
+    while it can: a free-form mapping such as ``simulation.gal`` accepts any key)."""
+    import difflib
+
+    from ..schema import Config
+    from ..schema.config import known_keys
+
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        keys = known_keys(Config, parts[:i])
+        if keys is None:
+            return
+        if part not in keys:
+            close = difflib.get_close_matches(part, keys, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(keys)}"
+            where = ".".join(parts[: i + 1])
+            raise PlanError(f"--set {raw}: unknown key {where} ({hint})")
+
+
+def parse_sets(items: str | Sequence[str]) -> dict[str, tuple[str, Any]]:
+    """``--set`` items -> {dotted key: (the item as given, value parsed as YAML)}; raises
+    :class:`PlanError` (one line naming the item) for a malformed item, a value that is
+    not YAML, a key the schema does not know or a key given twice."""
+    import yaml
+
+    out: dict[str, tuple[str, Any]] = {}
+    for raw in (items,) if isinstance(items, str) else tuple(items):
+        key, eq, text = str(raw).partition("=")
+        key = key.strip()
+        if not eq or not key or any(not p for p in key.split(".")):
+            raise PlanError(f"--set: expected KEY.PATH=VALUE (e.g. image.noise.snr=15), "
+                            f"got {raw!r}")  # fmt: skip
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as err:
+            raise PlanError(f"--set {raw}: the value is not YAML "
+                            f"({getattr(err, 'problem', None) or type(err).__name__})") from None  # fmt: skip
+        if isinstance(value, dict):
+            raise PlanError(f"--set {raw}: give one key per --set (a scalar or a list), "
+                            "not a mapping")  # fmt: skip
+        _check_key(key, raw)
+        if key in out:
+            raise PlanError(f"--set {raw}: {key} is also set by --set {out[key][0]}")
+        clash = [k for k in out if k.startswith(f"{key}.") or key.startswith(f"{k}.")]
+        if clash:
+            raise PlanError(f"--set {raw}: overlaps --set {out[clash[0]][0]}")
+        out[key] = (str(raw), value)
+    return out
+
+
+def _set_error(msg: str, sets: Mapping[str, tuple[str, Any]]) -> str:
+    """The schema's one-line message under ``--set <item>`` when it is about a key that
+    ``--set`` gave (or one inside it), with the item named when it is about its section."""
+    path, sep, rest = msg.partition(": ")
+    if not sep:
+        return msg
+    for key, (raw, _) in sets.items():
+        if path == key or path.startswith(f"{key}."):
+            rest = rest.replace("Input should be ", "must be ", 1)
+            where = "" if path == key else f"{path}: "
+            return f"--set {raw}: {where}{rest}"
+    for key, (raw, _) in sets.items():
+        if key.startswith(f"{path}."):
+            return f"{msg} (--set {raw})"
+    return msg
+
+
+def _apply_sets(data: Mapping[str, Any], sets: Mapping[str, tuple[str, Any]]) -> dict[str, Any]:
+    """``data`` with each ``--set`` key set (missing sections created); a key under a
+    value that is not a mapping is one line naming the item."""
+    out = copy.deepcopy(dict(data))
+    for key, (raw, value) in sets.items():
+        *parents, last = key.split(".")
+        node = out
+        for i, p in enumerate(parents):
+            if node.get(p) is None:
+                node[p] = {}
+            node = node[p]
+            if not isinstance(node, dict):
+                where = ".".join(parents[: i + 1])
+                raise PlanError(f"--set {raw}: {where} is {node!r} in the config, not a "
+                                "mapping")  # fmt: skip
+        node[last] = copy.deepcopy(value)
+    return out
+
+
+def merge_config(
+    data: Mapping[str, Any], kw: RunOptions | Mapping[str, Any]
+) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+    """``(config, data as validated, overrides)``: ``data`` (a config mapping) validated
+    alone, then with ``kw``'s ``--set`` items and flags merged in (in that order) and
+    validated again. Raises :class:`~shearbatch.schema.ConfigError` naming the config key
+    (a bad value in the file is refused even where a flag would override it), or
+    :class:`PlanError` naming the ``--set`` item or the flag, in one line. ``overrides``:
+    one ``{"key", "value", "source"}`` per key set by ``--set`` or a flag."""
     from ..schema import ConfigError, parse_config
     from ..schema.dialect import drop_ignored
 
     if isinstance(data, dict):  # SHINE keys without effect: dropped once, one warning each
         data = drop_ignored(data)
     parse_config(dict(data))  # the file alone first: its own errors name its keys
+    sets = parse_sets(_get(kw, "set_values") or ())
     over = overrides(kw)
+    for key, (raw, _) in sets.items():
+        if key in over:
+            raise PlanError(f"--set {raw}: {key} is also set by {flag_name(over[key][0])}; "
+                            "give one of them")  # fmt: skip
+    merged = _merged(_apply_sets(data, sets), over)
     try:
-        return parse_config(_merged(data, over))
+        cfg = parse_config(copy.deepcopy(merged))
     except ConfigError as err:
-        msg = _flag_error(str(err), over)
+        msg = _set_error(str(err), sets)
+        if msg == str(err):
+            msg = _flag_error(str(err), over)
         if msg != str(err):
             raise PlanError(msg) from None
         raise
+    record = [{"key": k, "value": v, "source": f"--set {raw}"} for k, (raw, v) in sets.items()]
+    record += [{"key": k, "value": v, "source": flag_name(opt)} for k, (opt, v) in over.items()]
+    return cfg, merged, record
+
+
+def config_with_flags(data: Mapping[str, Any], kw: RunOptions | Mapping[str, Any]) -> Any:
+    """Validate ``data`` (a config mapping), then ``data`` with the given ``--set`` items
+    and flags merged in (:func:`merge_config`): the validated config."""
+    return merge_config(data, kw)[0]
 
 
 def apply_flags(cfg: Any, kw: RunOptions | Mapping[str, Any]) -> Any:

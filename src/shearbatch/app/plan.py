@@ -1,7 +1,12 @@
 """A ``bias-run``'s plan: :func:`plan_run` checks every input and returns a frozen :class:`Plan`.
 
 Nothing is computed or written while planning: bad input raises :class:`PlanError` (or the
-schema's :class:`~shearbatch.schema.ConfigError`) with one line naming the flag or key.
+schema's :class:`~shearbatch.schema.ConfigError`) with one line naming the flag or key. That
+includes another campaign in the output root: its ``campaign.json`` (or, before the first
+task has run, the ``config.yaml`` frozen by ``--emit-sbatch``) must agree on every
+campaign-defining setting (:mod:`shearbatch.io.manifest`) unless ``--overwrite``.
+Without ``--config``, a campaign root's frozen ``config.yaml`` is the config
+(``bias-run --output-dir <root>`` resumes it).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .options import PlanError, RunOptions, config_with_flags
+from .options import PlanError, RunOptions, merge_config
 
-__all__ = ["MAX_PLAN", "Plan", "check_out_path", "check_writable", "plan_run"]
+__all__ = ["MAX_PLAN", "Plan", "check_campaign", "check_out_path", "check_writable",
+           "frozen_path", "load_config_data", "plan_identity", "plan_run"]  # fmt: skip
 
 logger = logging.getLogger("shearbatch")
 
@@ -50,15 +56,22 @@ class Plan:
     task: tuple[int, int]
     #: the campaign-defining settings a complete realization must have been computed with
     expect: Mapping[str, Any]
-    #: the design written to campaign.json (:func:`shearbatch.io.manifest.plan_differences`)
+    #: the design written to campaign.json (campaign-defining: :data:`~shearbatch.io.manifest.PLAN_DEFINING`)
     plan_info: Mapping[str, Any]
     #: the options this plan was made from
     options: RunOptions
+    #: the config data the schema validated (file, ``--set``, flags): frozen as config.yaml
+    config_data: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: the keys set by ``--set`` and flags, as recorded in campaign.json (``overrides``)
+    overrides: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def config_name(self) -> str:
-        """The config as the user named it (its path, or ``<mapping>``)."""
+        """The config as the user named it (its path, or ``<mapping>``; the campaign's
+        frozen config.yaml when none was named)."""
         c = self.options.config
+        if c is None:
+            return str(frozen_path(self.options))
         return "<mapping>" if isinstance(c, Mapping) else str(c)
 
 
@@ -93,16 +106,88 @@ def check_writable(output_dir: Path) -> None:
         raise PlanError(f"--output-dir: cannot write to {output_dir}: {err.strerror}") from None
 
 
-def load_with_flags(kw: RunOptions) -> Any:
-    """The config (a YAML path or a mapping) with ``kw``'s flags merged in, validated."""
+def frozen_path(kw: RunOptions) -> Path | None:
+    """``<--output-dir>/config.yaml`` when ``--output-dir`` is given and it exists."""
+    from ..io.manifest import FROZEN_CONFIG
+
+    if kw.output_dir is None:
+        return None
+    path = Path(kw.output_dir) / FROZEN_CONFIG
+    return path if path.is_file() else None
+
+
+def load_config_data(kw: RunOptions) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+    """``(config, data, overrides)``: the config (a YAML path, a mapping, or without one
+    the frozen ``config.yaml`` of ``--output-dir``) with ``kw``'s ``--set`` items and flags
+    merged in, validated (:func:`~shearbatch.app.options.merge_config`)."""
     from ..schema import ConfigError, read_config_data
 
-    if kw.config is None:
-        raise PlanError("Missing option '--config' / '--shine-config'.")
-    data = kw.config if isinstance(kw.config, Mapping) else read_config_data(kw.config)
+    config = kw.config
+    if config is None:
+        config = frozen_path(kw)
+        if config is None:
+            raise PlanError("Missing option '--config' / '--shine-config' (or an --output-dir "
+                            "holding a campaign's config.yaml).")  # fmt: skip
+    data = config if isinstance(config, Mapping) else read_config_data(config)
     if not isinstance(data, Mapping):
         raise ConfigError("config: top level must be a mapping")
-    return config_with_flags(data, kw)
+    return merge_config(data, kw)
+
+
+def load_with_flags(kw: RunOptions) -> Any:
+    """The config (a YAML path or a mapping) with ``kw``'s flags merged in, validated."""
+    return load_config_data(kw)[0]
+
+
+def plan_identity(camp: Any, *, single: Any = None, fft_size: Any = None) -> dict[str, Any]:
+    """What campaign.json's ``plan`` records of a campaign section ``camp``: the design,
+    grids, seeds (``single``: the one realization of ``--g1-true``) and ``fft_size``."""
+    grid = single is None and not camp.shear_from_prior
+    info = {
+        "design": "single" if single is not None else "prior" if camp.shear_from_prior
+        else "grid",
+        "shear_grid": list(camp.shear_grid) if grid else None,
+        "shear_grid_g2": list(camp.shear_grid_g2) if grid and camp.shear_grid_g2 else None,
+        "g2": camp.g2,
+        "n_realizations": 1 if single is not None else camp.n_realizations,
+        "base_seed": single.seed if single is not None else camp.base_seed,
+        "paired": camp.paired and single is None,
+        "rotations": camp.rotations if grid else 1,
+        "rotation_noise": camp.rotation_noise,
+    }  # fmt: skip
+    if fft_size is not None:
+        info["fft_size"] = fft_size
+    return info
+
+
+def check_campaign(output_dir: Path, expect: Mapping[str, Any], plan_info: Mapping[str, Any],
+                   config: Mapping[str, Any]) -> None:  # fmt: skip
+    """:class:`PlanError` (one line naming the setting) when ``output_dir`` holds another
+    campaign: its campaign.json, or without one its frozen config.yaml (written by
+    ``--emit-sbatch`` before any task ran), differs in a campaign-defining setting."""
+    from ..io import manifest as mf
+    from ..schema import ConfigError, config_hash, parse_config
+
+    try:
+        if mf.check_manifest(output_dir, expect, plan_info, config) is not None:
+            return
+        frozen = mf.read_frozen_config(output_dir)
+        if frozen is None:
+            return
+        where = output_dir / mf.FROZEN_CONFIG
+        try:
+            fcfg = parse_config(frozen)
+        except ConfigError as err:
+            raise PlanError(f"--output-dir: {where} is not a valid config ({err}); "
+                            "--overwrite replaces it") from None  # fmt: skip
+        found = {**plan_identity(fcfg.campaign), **mf.defining(
+            config_hash(fcfg), fcfg.inference.method, fcfg.inference.precision)}  # fmt: skip
+        found.pop("n_realizations")
+        run = {**{k: v for k, v in plan_info.items() if k in mf.PLAN_DEFINING}, **expect}
+        mf.check_identity(found, run, where, found_config=fcfg.model_dump(mode="json"),
+                          config=config)  # fmt: skip
+    except ValueError as err:  # ManifestMismatch, an unreadable manifest or frozen config
+        raise PlanError(str(err)) from None
 
 
 def _check_flags(kw: RunOptions) -> tuple[str, tuple[int, int]]:
@@ -160,7 +245,7 @@ def plan_run(kw: RunOptions) -> Plan:
     from ..spec import run_spec
 
     lane_chunk, (task_id, task_count) = _check_flags(kw)
-    cfg = load_with_flags(kw)
+    cfg, data, over = load_config_data(kw)
     camp = cfg.campaign
     output_dir = Path(camp.output_dir)
     check_out_path("--output-dir", output_dir, write=False)  # writes: check_writable
@@ -174,11 +259,6 @@ def plan_run(kw: RunOptions) -> Plan:
                         "over several --output-dir / --base-seed ranges")  # fmt: skip
     spec = run_spec(cfg)
     expect = mf.defining(spec.config_hash, spec.method, spec.precision)
-    if not kw.overwrite:  # another campaign in the output root: refuse before anything
-        try:
-            mf.check_manifest(output_dir, expect)
-        except ValueError as err:
-            raise PlanError(str(err)) from None
     if kw.g1_true is not None:
         seed = kw.seed if kw.seed is not None else camp.base_seed
         try:
@@ -216,22 +296,14 @@ def plan_run(kw: RunOptions) -> Plan:
             )
         except ValueError as err:
             raise PlanError(f"--shear-grid/--shear-grid-g2/--g2-true: {err}") from None
-        if camp.shear_grid_g2 is None:
-            logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
-                        "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
-    single = kw.g1_true is not None
-    grid = not single and not camp.shear_from_prior
-    plan_info = {
-        "design": "single" if single else "prior" if camp.shear_from_prior else "grid",
-        "shear_grid": list(camp.shear_grid) if grid else None,
-        "shear_grid_g2": list(camp.shear_grid_g2) if grid and camp.shear_grid_g2 else None,
-        "g2": camp.g2,
-        "n_realizations": 1 if single else camp.n_realizations,
-        "base_seed": plan[0].seed if single else camp.base_seed,
-        "paired": camp.paired and not single,
-        # the renderer's FFT period in pixels (image.fft_size, or chosen from the noise)
-        "fft_size": {"model": spec.model.image.fft_size, "truth": spec.truth.image.fft_size},
-    }
+    fft = {"model": spec.model.image.fft_size, "truth": spec.truth.image.fft_size}
+    plan_info = plan_identity(camp, single=plan[0] if kw.g1_true is not None else None,
+                              fft_size=fft)  # fmt: skip
+    if not kw.overwrite:  # another campaign in the output root: refuse before anything
+        check_campaign(output_dir, expect, plan_info, cfg.model_dump(mode="json"))
+    if plan_info["design"] == "grid" and camp.shear_grid_g2 is None:
+        logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
+                    "campaign.shear_grid_g2) varies it too", camp.g2)  # fmt: skip
     mine = cp.array_slice(plan, task_id, task_count)
     # lanes of the compiled program: the campaign's, never this task's share or what is
     # left to do, so every array task (whatever its slice size), a resumed run and a
@@ -264,4 +336,6 @@ def plan_run(kw: RunOptions) -> Plan:
         expect=expect,
         plan_info=plan_info,
         options=kw,
+        config_data=data,
+        overrides=tuple(over),
     )

@@ -44,6 +44,7 @@ def models_at_estimate(plan: Plan, reals: Sequence[Any]) -> Any:
     import numpy as np
     import xarray as xr
 
+    from ..core.convergence import Convergence
     from ..core.generate import FIELDS, render_stamps
 
     problem = plan.spec.model
@@ -52,8 +53,8 @@ def models_at_estimate(plan: Plan, reals: Sequence[Any]) -> Any:
     out = []
     for r in reals:
         d = plan.output_dir / r.run_id
-        conv = json.loads((d / "convergence.json").read_text())
-        mode = conv.get("map_estimate") or {}
+        conv = Convergence.from_json(json.loads((d / "convergence.json").read_text()))
+        mode = conv.mode
         with xr.open_dataset(d / "posterior.nc", group="posterior", engine="netcdf4") as ds:
             draws = {k: np.asarray(v.values, float) for k, v in ds.data_vars.items()}
 

@@ -113,7 +113,8 @@ def compile_first(plan: Plan, cache: str) -> None:
 
 
 def write_manifest(plan: Plan) -> dict[str, Any]:
-    """Write (or check) the output root's campaign.json; the per-realization provenance."""
+    """Write (or check) the output root's campaign.json and, with it, the frozen
+    config.yaml; returns the per-realization provenance."""
     from ..io import manifest as mf
 
     root, cfg = plan.output_dir, plan.cfg.model_dump(mode="json")
@@ -123,14 +124,18 @@ def write_manifest(plan: Plan) -> dict[str, Any]:
                                        plan=dict(plan.plan_info),
                                        run_ids=[r.run_id for r in plan.realizations],
                                        batch_size=plan.batch_size, env=env,
-                                       replace=plan.options.overwrite)  # fmt: skip
+                                       replace=plan.options.overwrite,
+                                       overrides=plan.overrides,
+                                       frozen=plan.config_data)  # fmt: skip
     except ValueError as err:
         raise PlanError(str(err)) from None
     except OSError as err:
         raise PlanError(f"--output-dir: cannot write {root}: {err.strerror}") from None
-    if not wrote and (diff := mf.plan_differences(man, plan.plan_info)):
-        logger.warning("plan settings %s differ from %s: bias-extract counts this campaign "
-                       "against that file's plan", ", ".join(diff), root / mf.MANIFEST)  # fmt: skip
+    have = (man.get("plan") or {}).get("n_realizations")
+    if not wrote and isinstance(have, int) and plan.plan_info["n_realizations"] < have:
+        logger.info("this run plans %d of the campaign's %d realization(s) per grid point "
+                    "(%s); bias-extract counts against the campaign's",
+                    plan.plan_info["n_realizations"], have, root / mf.MANIFEST)  # fmt: skip
     return mf.realization_provenance(config=cfg, campaign=dict(plan.plan_info), env=env)
 
 

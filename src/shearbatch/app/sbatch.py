@@ -1,5 +1,9 @@
 """``bias-run --emit-sbatch``: the SLURM array script of a planned campaign (and its
-dependent extract + stats job), built on :mod:`shearbatch.slurm`; nothing runs."""
+dependent extract + stats job), built on :mod:`shearbatch.slurm`; nothing runs.
+
+The config as run is frozen into ``<output-dir>/config.yaml`` now, and the array's
+``bias-run`` reads that copy: editing or deleting the original after submission changes
+nothing (and a task whose config differs from the campaign's is refused)."""
 
 from __future__ import annotations
 
@@ -15,13 +19,14 @@ __all__ = ["NOT_IN_SCRIPT", "emit_sbatch", "run_args"]
 #: bias-run options that never go into the script's bias-run line
 NOT_IN_SCRIPT = {"emit_sbatch", "array_task_id", "array_task_count", "array_indices",
                  "dry_run", "preview", "progress", "output_dir", "config_path",
-                 "show_config"}  # fmt: skip
+                 "show_config", "pilot"}  # fmt: skip
 
 
 def run_args(config_path: str, output_dir: Path, given: Mapping[str, Sequence[str]]) -> list[str]:
     """This bias-run command line as given, with absolute paths, without --emit-sbatch,
-    --sbatch-*, the array-task flags, --dry-run and --preview. ``given``: option name ->
-    its tokens on the command line (``{"batch_size": ["--batch-size", "8"]}``)."""
+    --sbatch-*, the array-task flags, --dry-run, --pilot and --preview. ``given``: option
+    name -> its tokens on the command line (``{"batch_size": ["--batch-size", "8"]}``);
+    ``config_path``: the config the tasks read (the campaign's frozen copy)."""
     args = ["--config", str(Path(config_path).resolve()),
             "--output-dir", str(output_dir.resolve()), "--no-progress"]  # fmt: skip
     for name, tokens in given.items():
@@ -40,15 +45,16 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     import math
 
     from ..analysis.acceptance import LEVELS
+    from ..io.manifest import FROZEN_CONFIG, write_frozen_config
     from ..slurm import ArrayError, SbatchOptions, parse_indices, sbatch_script, stats_script
 
     kw = plan.options
-    if kw.dry_run or kw.preview:
-        raise PlanError("--emit-sbatch: does not combine with --dry-run or --preview")
+    if kw.dry_run or kw.preview or kw.pilot:
+        raise PlanError("--emit-sbatch: does not combine with --dry-run, --pilot or --preview")
     if kw.array_task_id is not None or kw.array_indices is not None:
         raise PlanError("--emit-sbatch: the script's tasks find their slices; drop --array-task-*")
     conf = plan.cfg.campaign.sbatch
-    if conf.level not in LEVELS:
+    if conf.level is not None and conf.level not in LEVELS:
         raise PlanError(f"--sbatch-level: unknown level {conf.level!r}; use one of "
                         f"{', '.join(LEVELS)}")  # fmt: skip
     n, lanes = len(plan.realizations), plan.batch_size
@@ -87,7 +93,10 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
         f"Re-submitting this script re-runs only what is missing."
     )
     script = Path(str(kw.emit_sbatch))
-    files = {script: sbatch_script(sb, run_args(plan.config_name, plan.output_dir, given),
+    frozen = out / FROZEN_CONFIG
+    note += (f"\nThe tasks read the config as run, frozen in {frozen} (not "
+             f"{plan.config_name}).")  # fmt: skip
+    files = {script: sbatch_script(sb, run_args(str(frozen), plan.output_dir, given),
                                    comment=note)}  # fmt: skip
     if conf.stats:
         stats_path = script.with_name(f"{script.stem}-stats{script.suffix}")
@@ -95,14 +104,20 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     for path in files:
         if path.is_dir():
             raise PlanError(f"--emit-sbatch: {path} is a directory")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        write_frozen_config(out, plan.config_data)
+    except OSError as err:
+        raise PlanError(f"--output-dir: cannot write {out}: {err.strerror}") from None
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    lines = [f"wrote {script}: {tasks} array task(s) over {n} realizations, "
+    lines = [f"wrote {frozen}: the config as run (the tasks read it)",
+             f"wrote {script}: {tasks} array task(s) over {n} realizations, "
              f"{lanes}-lane batches; logs in {log_dir}"]  # fmt: skip
     if conf.stats:
-        lines.append(f"wrote {stats_path}: bias-extract + bias-stats once the array has finished")
+        lines.append(f"wrote {stats_path}: bias-extract + bias-stats (verdict, {out}/report.html) "
+                     "once the array has finished")  # fmt: skip
         lines.append(f"submit: jid=$(sbatch --parsable {script}) && "
                      f"sbatch --dependency=afterany:$jid {stats_path}")  # fmt: skip
     else:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..app.stats import SUMMARY, extract_to
 from .options import (
     _check_out_path,
     _Command,
@@ -27,14 +28,18 @@ logger = logging.getLogger("shearbatch")
 @click.command(
     cls=_Command,
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=_example("bias-extract --input-dir results/c --output results/c/summary.csv"),
+    epilog=_example("bias-extract --input-dir results/c    # -> results/c/summary.csv"),
 )
 @click.option(
     "--input-dir",
     required=True,
     help="Campaign root (bias-run's --output-dir; nested layouts are scanned).",
 )
-@click.option("--output", required=True, help="Summary table to write (CSV, one row each).")
+@click.option(
+    "--output",
+    default=None,
+    help=_help("Summary table to write (CSV, one row each).", default="<input-dir>/summary.csv"),
+)
 @click.option(
     "--convergence-config",
     default=None,
@@ -45,7 +50,13 @@ logger = logging.getLogger("shearbatch")
     ),
 )
 @click.option(
-    "--workers", type=int, default=None, help=_help("Reader processes.", default="CPU count")
+    "--workers",
+    type=int,
+    default=None,
+    help=_help(
+        "Reader processes.",
+        default="the CPUs allocated: $SLURM_CPUS_PER_TASK, else the affinity mask",
+    ),
 )
 @click.option(
     "--progress/--no-progress",
@@ -55,9 +66,13 @@ logger = logging.getLogger("shearbatch")
 @click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
 @_version_option()
 def bias_extract(**kw: Any) -> int:
-    """Stage 2: one summary row per realization directory (ok, failed, incomplete, corrupt)."""
+    """Stage 2: one summary row per realization directory (ok, failed, incomplete, corrupt).
+
+    Directories that are not in the campaign's plan (campaign.json) are reported and
+    marked in_plan = False in summary.csv.
+    """
     from ..analysis import extract as ex
-    from ..analysis.progress import campaign_progress, mixed_warning
+    from ..analysis.progress import mixed_warning
     from ..io.manifest import MANIFEST
 
     _setup_logging(kw["verbose"])
@@ -66,7 +81,7 @@ def bias_extract(**kw: Any) -> int:
         raise _fail(f"--input-dir: {root} is not a directory")
     if kw["workers"] is not None and kw["workers"] < 1:
         raise _fail(f"--workers: must be >= 1, got {kw['workers']}")
-    out = Path(kw["output"])
+    out = Path(kw["output"]) if kw["output"] is not None else root / SUMMARY
     _check_out_path("--output", out, is_dir=False)
     try:
         th = ex.load_thresholds(kw["convergence_config"])
@@ -77,13 +92,8 @@ def bias_extract(**kw: Any) -> int:
     progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
     if not ex.find_realization_dirs(root) and not (root / MANIFEST).is_file():
         raise _fail(f"--input-dir: no realization directories under {root}")
-    rows = ex.extract_campaign(root, th, workers=kw["workers"], progress=progress)
-    rows, prog = campaign_progress(root, rows)
-    if not rows:
-        raise _fail(f"--input-dir: no realization directories under {root}")
-    ex.write_summary(rows, out)
-    try:
-        pop_path = ex.write_population(rows, ex.population_path(out))
+    try:  # the one extraction, shared with bias-stats --input <campaign dir>
+        rows, prog, pop_path = extract_to(root, out, th, kw["workers"], progress)
     except ValueError as err:
         raise _fail(f"--input-dir: {err}") from None
     counts = ex.status_counts(rows)
@@ -96,6 +106,10 @@ def bias_extract(**kw: Any) -> int:
     click.echo(f"campaign: {prog.line()}")
     if pop_path is not None:
         click.echo(f"interim model: per-galaxy draws for bias-stats' pooled fit -> {pop_path}")
+    if prog.unplanned:
+        logger.warning("%s: not this campaign's (campaign.json's plan); summary.csv marks "
+                       "them in_plan = False and bias-stats leaves them out unless "
+                       "--include-unplanned", prog.unplanned_line(5))  # fmt: skip
     for msg in [*prog.problems, mixed_warning(prog.mixed)]:
         if msg:
             logger.warning("%s", msg)

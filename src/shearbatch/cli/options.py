@@ -117,9 +117,12 @@ def _given(sources: tuple[str, ...] = ("COMMANDLINE",)) -> dict[str, list[str]]:
         if p.is_flag:
             if val or p.secondary_opts:
                 out[p.name] = [p.opts[0] if val or not p.secondary_opts else p.secondary_opts[0]]
-        elif p.multiple:
+        elif p.multiple and p.opts[0] in getattr(ctx.command, "variadic", ()):
             if val:
                 out[p.name] = [p.opts[0], *map(str, val)]
+        elif p.multiple:  # repeated: --set a=1 --set b=2
+            if val:
+                out[p.name] = [t for v in val for t in (p.opts[0], str(v))]
         elif val is not None:
             out[p.name] = [p.opts[0], str(val)]
     return out

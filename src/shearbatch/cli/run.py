@@ -26,7 +26,10 @@ class _RunCommand(_Command):
 def _options(kw: dict[str, Any]) -> app.RunOptions:
     """The click arguments as :class:`~shearbatch.app.RunOptions`."""
     fields = set(app.RunOptions.fields()) - {"config"}
-    return app.RunOptions(config=kw["config_path"], **{k: v for k, v in kw.items() if k in fields})
+    given = {k: v for k, v in kw.items() if k in fields}
+    if given.get("pilot"):  # --pilot is a dry run that also times one batch
+        given["dry_run"] = True
+    return app.RunOptions(config=kw["config_path"], **given)
 
 
 @click.command(
@@ -59,6 +62,14 @@ def bias_run(**kw: Any) -> int:
       jid=$(sbatch --parsable camp.sbatch)
       sbatch --dependency=afterany:$jid camp-stats.sbatch
     Re-submitting camp.sbatch re-runs only what is missing.
+
+    \b
+    One output root holds one campaign: campaign.json records its config hash,
+    method, precision and plan (shear grids, design, seeds), config.yaml the config
+    as run (flags and --set applied). A run that differs in any of them exits 2
+    naming the setting (--overwrite replaces the campaign); a larger
+    --n-realizations grows the campaign and resumes; without --config, the root's
+    config.yaml is read (bias-run --output-dir ROOT resumes ROOT).
     """
     from ..io import WriteError
     from ..schema import ConfigError
@@ -66,8 +77,6 @@ def bias_run(**kw: Any) -> int:
     _setup_logging(kw["verbose"])
     if kw["show_config"] is not None:
         return _show_config(kw)
-    if kw["config_path"] is None:
-        raise _fail("Missing option '--config' / '--shine-config'.")
     opts = _options(kw)
     try:
         deadline = app.deadline(opts.time_limit)
@@ -78,6 +87,8 @@ def bias_run(**kw: Any) -> int:
             return 0
         _print_plan(plan)
         if opts.dry_run:
+            for line in app.estimate_lines(plan, with_pilot=opts.pilot, notify=click.echo):
+                click.echo(line)
             if opts.preview:
                 app.preview_only(plan, Path(opts.preview), notify=click.echo)
             return 0
@@ -113,10 +124,10 @@ def _show_config(kw: dict[str, Any]) -> int:
 
     import yaml
 
-    from ..app.plan import load_with_flags
+    from ..app.plan import frozen_path, load_with_flags
     from ..schema import ConfigError, config_hash
 
-    path = kw["show_config"] or kw["config_path"]
+    path = kw["show_config"] or kw["config_path"] or frozen_path(_options(kw))
     if not path:
         raise _fail("--show-config: give a config (--show-config CONFIG or --config CONFIG)")
     try:

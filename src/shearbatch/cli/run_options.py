@@ -40,6 +40,19 @@ _CACHE_HELP = (
     "applied) and exit; CONFIG defaults to --config. [default: off]",
 )
 @click.option(
+    "--set",
+    "set_values",
+    multiple=True,
+    metavar="KEY.PATH=VALUE",
+    help=_help(
+        "Set any config key, repeatable (GalSim's convention): --set image.noise.snr=15 "
+        "--set gal.half_light_radius.mean=0.6. VALUE is YAML (a number, a word, null, "
+        "[0.01, 0.02]); applied to the config before the flags and validated by the schema "
+        "like the file; recorded in campaign.json (overrides) and the frozen config.yaml.",
+        default="none",
+    ),
+)
+@click.option(
     "--g1-true",
     type=float,
     default=None,
@@ -157,8 +170,8 @@ _CACHE_HELP = (
     "--method",
     default=None,
     help=_help(
-        f"Inference method, one of the registered methods ({', '.join(method_names())}):"
-        " map = MAP + Laplace draws, vi = variational, nuts = NUTS chains.",
+        f"Inference method, one of the registered methods ({', '.join(method_names())}; "
+        "each one's settings: inference.<method>_config in docs/config.md).",
         config="inference.method",
     ),
 )
@@ -198,7 +211,19 @@ _CACHE_HELP = (
     is_flag=True,
     help=_help(
         "Print the plan (batches, what this array task runs, what is already "
-        "complete) and exit; nothing is computed or written.",
+        "complete) and the disk it will take (measured from a realization already in "
+        "--output-dir, else from the posterior's shapes), and exit; nothing is computed "
+        "or written.",
+        default="off",
+    ),
+)
+@click.option(
+    "--pilot",
+    is_flag=True,
+    help=_help(
+        "A dry run that also compiles the campaign's program and times one batch of it: "
+        "the wall-time estimate of this task (compile time reported apart). Writes no "
+        "realization (the compilation cache is filled, so the run then starts warm).",
         default="off",
     ),
 )

@@ -83,7 +83,7 @@ def agreement(out: Any, ref: Any) -> Agreement:
         )
         for (path, a), b in pairs:
             a, b = np.asarray(a), np.asarray(b)
-            name = getattr(path[0], "key", "")
+            name = getattr(path[0], "name", getattr(path[0], "key", ""))  # a field of Info
             if a.dtype == bool:
                 flags &= bool(np.array_equal(a, b))
             elif not np.issubdtype(a.dtype, np.floating):

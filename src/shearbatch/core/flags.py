@@ -30,6 +30,7 @@ __all__ = [
     "FATAL",
     "FLAGS",
     "GATES",
+    "GATE_KEYS",
     "THRESHOLD_GATES",
     "WARNINGS",
     "Thresholds",
@@ -127,14 +128,50 @@ def _numbers(v: Any) -> list[float]:
     return [math.nan if v is None else float(v)]
 
 
-def gate_flags(diag: Mapping[str, Any], th: Thresholds = DEFAULT_THRESHOLDS) -> int:
-    """Threshold-gate flags of one realization's diagnostics.
+class Gates(NamedTuple):
+    """The statistics the threshold gates read, as a sampler's ``diagnose`` reports them
+    and ``convergence.json`` stores them (top-level keys of the same names). A statistic
+    that is None is not gated (MAP and VI have no R-hat); one that is present but null
+    or NaN fails its gate."""
 
-    Reads the standard keys a sampler's ``diagnose`` writes: ``rhat`` (max),
-    ``ess_bulk`` / ``ess_tail`` (min), ``divergence_frac``, ``bfmi`` (min).
-    A key that is absent is not gated (MAP and VI have no R-hat); a key that is
-    present but null or NaN fails its gate.
+    rhat: Mapping[str, Any] | None = None
+    """R-hat per site (a number, or a list per galaxy)."""
+    ess_bulk: Mapping[str, Any] | None = None
+    """Bulk ESS per site."""
+    ess_tail: Mapping[str, Any] | None = None
+    """Tail ESS per site."""
+    divergences: int | None = None
+    """Divergent transitions (count)."""
+    divergence_frac: float | None = None
+    """Divergent transitions / transitions."""
+    bfmi: Any = None
+    """E-BFMI per chain."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The statistics that are present, by name."""
+        return {k: v for k, v in self._asdict().items() if v is not None}
+
+    @classmethod
+    def from_json(cls, rec: Mapping[str, Any]) -> Gates:
+        """The gate statistics of a ``convergence.json`` record (absent keys: None; a key
+        present with null is NaN, which fails its gate)."""
+        return cls(**{k: (math.nan if rec[k] is None else rec[k]) for k in cls._fields
+                      if k in rec})  # fmt: skip
+
+
+#: the ``convergence.json`` keys of :class:`Gates`
+GATE_KEYS = Gates._fields
+
+
+def gate_flags(gates: Gates | Mapping[str, Any], th: Thresholds = DEFAULT_THRESHOLDS) -> int:
+    """Threshold-gate flags of one realization's :class:`Gates` (or a record holding them).
+
+    Reads ``rhat`` (max), ``ess_bulk`` / ``ess_tail`` (min), ``divergence_frac``,
+    ``bfmi`` (min). A statistic that is absent is not gated (MAP and VI have no R-hat);
+    one that is present but null or NaN fails its gate.
     """
+    if not isinstance(gates, Gates):
+        gates = Gates.from_json(gates)
     out = 0
     checks = [
         ("rhat", "RHAT_HIGH", lambda xs: max(xs) <= th.rhat_max),
@@ -143,10 +180,11 @@ def gate_flags(diag: Mapping[str, Any], th: Thresholds = DEFAULT_THRESHOLDS) -> 
         ("divergence_frac", "DIVERGENCES", lambda xs: max(xs) <= th.divergence_frac_max),
         ("bfmi", "BFMI_LOW", lambda xs: min(xs) >= th.bfmi_min),
     ]
+    present = gates._asdict()
     for key, name, ok in checks:
-        if key not in diag:
+        if key not in present or present[key] is None:
             continue
-        xs = _numbers(diag[key])
+        xs = _numbers(present[key])
         if not xs or any(math.isnan(x) for x in xs) or not ok(xs):
             out |= flag(name)
     return out

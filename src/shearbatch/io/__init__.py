@@ -12,6 +12,7 @@ from .layout import (
     realization_status,
 )
 from .writer import (
+    Record,
     WriteError,
     WriterPool,
     clean_orphans,
@@ -20,6 +21,7 @@ from .writer import (
     to_strict_json,
     write_json,
     write_realization,
+    write_record,
 )
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "POSTERIOR",
     "TRUTH",
     "Inspection",
+    "Record",
     "WriteError",
     "WriterPool",
     "clean_orphans",
@@ -40,4 +43,5 @@ __all__ = [
     "to_strict_json",
     "write_json",
     "write_realization",
+    "write_record",
 ]

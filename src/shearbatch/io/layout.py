@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..core.convergence import Convergence
+
 __all__ = [
     "CONVERGENCE",
     "FILES",
@@ -43,8 +45,8 @@ class Inspection(NamedTuple):
     """Why it is not done (empty when done)."""
     truth: dict[str, Any] | None
     """``truth.json``, parsed (None when missing or unreadable)."""
-    convergence: dict[str, Any] | None
-    """``convergence.json``, parsed (None when missing or unreadable)."""
+    convergence: Convergence | None
+    """``convergence.json``'s record (None when missing or unreadable)."""
 
 
 _HDF5 = b"\x89HDF\r\n\x1a\n"
@@ -111,11 +113,12 @@ def inspect_realization(directory: str | Path) -> Inspection:
     if not (d / CONVERGENCE).is_file():
         return Inspection("incomplete", "convergence.json missing (interrupted)", truth, None)
     try:
-        conv = _json(d / CONVERGENCE)
+        raw = _json(d / CONVERGENCE)
     except (OSError, ValueError) as err:
         return Inspection("corrupt", f"convergence.json unreadable: {err}", truth, None)
-    if conv.get("status") != "ok":
-        why = str(conv.get("reason") or f"status {conv.get('status')!r}")
+    conv = Convergence.from_json(raw)
+    if raw.get("status") != "ok":
+        why = str(conv.reason or f"status {raw.get('status')!r}")
         return Inspection("failed", why, truth, conv)
     if truth is None:
         return Inspection("incomplete", "truth.json missing", truth, conv)
@@ -135,7 +138,8 @@ def realization_status(
     another value, so it is not this campaign's result and a resume redoes it."""
     ins = inspect_realization(Path(output_dir) / run_id)
     rec = ins.convergence
-    if expect and rec and any(rec.get(k) is not None and rec[k] != v for k, v in expect.items()):
+    if expect and rec and any(getattr(rec, k, None) is not None and getattr(rec, k) != v
+                              for k, v in expect.items()):  # fmt: skip
         return "other"
     return ins.status
 

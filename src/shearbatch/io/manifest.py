@@ -8,12 +8,24 @@ ArviZ, the device kind and count). It is written to a temporary file and
 array tasks start together exactly one manifest wins and nobody sees a partial
 one; the others read it and compare.
 
-*Campaign-defining* settings (:data:`DEFINING`: config hash, method, dtype)
-must agree between the manifest and every later run into the same root: a run
-that differs is refused (``bias-run`` exits 2 naming the setting) unless
-``--overwrite`` replaces the manifest. Batch size and device may differ; each
-``convergence.json`` records its own (:func:`realization_provenance`), which is
-also everything needed to reproduce that realization alone.
+*Campaign-defining* settings must agree between the manifest and every later
+run into the same root: the config (:data:`DEFINING`: config hash, method,
+dtype) and the plan (:data:`PLAN_DEFINING`: the design, both components of the
+shear grid, the constant g2, the base seed, pairs, rotations and their noise,
+the renderer's period). A run that differs is refused (``bias-run`` exits 2
+naming the setting, before anything is computed) unless ``--overwrite``
+replaces the manifest. ``n_realizations`` may grow: the plan with more seeds
+holds the old one, so the manifest (and the frozen config) is rewritten with
+the larger plan and the run resumes; a run with fewer computes part of the
+plan. Batch size and device may differ; each ``convergence.json`` records its
+own (:func:`realization_provenance`), which is also everything needed to
+reproduce that realization alone.
+
+Next to the manifest, ``<output-root>/config.yaml`` (:data:`FROZEN_CONFIG`) is the
+config as run: the data the schema validated, after the flags and ``--set``
+overrides (recorded in the manifest's ``overrides``). It is written with the
+manifest (or by ``bias-run --emit-sbatch``, before the array starts); SLURM tasks
+and later stages read it instead of the user's file.
 
 ``realization_status(..., expect=defining(...))`` of :mod:`.layout` uses the
 same three settings, so a resume never counts as complete a realization
@@ -37,19 +49,28 @@ from .writer import to_strict_json
 
 __all__ = [
     "DEFINING",
+    "FROZEN_CONFIG",
     "MANIFEST",
+    "PLAN_DEFINING",
     "ManifestMismatch",
+    "check_identity",
     "check_manifest",
     "defining",
     "environment",
+    "first_difference",
+    "identity",
     "mismatch",
+    "read_frozen_config",
     "read_manifest",
+    "write_frozen_config",
     "write_manifest",
 ]
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "campaign.json"
+#: the config as run, next to the manifest
+FROZEN_CONFIG = "config.yaml"
 #: campaign-defining settings: (key in the manifest and in convergence.json, what the user changes)
 #: (the config hash covers the whole config but campaign, method and precision included, so
 #: those two are compared first to name what differs)
@@ -57,6 +78,20 @@ DEFINING = {
     "method": "--method / inference.method",
     "precision": "--x64/--no-x64 / inference.precision (dtype)",
     "config_hash": "--config (config hash)",
+}
+#: plan-defining settings (keys of the manifest's ``plan``; what the user changes). Absent
+#: keys agree (a manifest written before a key was recorded). ``n_realizations`` is not one:
+#: a campaign may grow.
+PLAN_DEFINING = {
+    "design": "design (--g1-true single / --shear-grid grid / --shear-from-prior prior)",
+    "shear_grid": "--shear-grid / campaign.shear_grid",
+    "shear_grid_g2": "--shear-grid-g2 / campaign.shear_grid_g2",
+    "g2": "--g2-true / campaign.g2",
+    "base_seed": "--base-seed / campaign.base_seed",
+    "paired": "--paired/--no-paired / campaign.paired",
+    "rotations": "--rotations / campaign.rotations",
+    "rotation_noise": "campaign.rotation_noise",
+    "fft_size": "image.fft_size (the renderer's period)",
 }
 _PACKAGES = ("shearbatch", "jax", "jaxlib", "numpyro", "arviz")
 
@@ -125,8 +160,96 @@ def mismatch(found: Mapping[str, Any], expect: Mapping[str, Any]) -> str | None:
     return None
 
 
-def check_manifest(root: str | Path, expect: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The existing manifest, after checking it against ``expect`` (:func:`defining`).
+def identity(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A manifest's campaign-defining settings: :data:`DEFINING` (top level) and
+    :data:`PLAN_DEFINING` (its ``plan``), only those it records."""
+    plan = doc.get("plan") or {}
+    out = {k: doc[k] for k in DEFINING if k in doc}
+    out.update({k: plan[k] for k in PLAN_DEFINING if k in plan})
+    return out
+
+
+def _defining_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`PLAN_DEFINING` keys of a plan that matter for it: g2 only on a g1-only
+    grid, the rotations' noise only with rotations, and of a single realization
+    (``--g1-true``) only its design (single realizations of one config share a root)."""
+    out = {k: v for k, v in plan.items() if k in PLAN_DEFINING}
+    if out.get("design") == "single":
+        return {k: v for k, v in out.items() if k in ("design", "fft_size")}
+    if out.get("shear_grid_g2") is not None or out.get("design") == "prior":
+        out.pop("g2", None)
+    if out.get("rotations") in (None, 1):
+        out.pop("rotation_noise", None)
+    return out
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_show(x) for x in v) + "]"
+    return "null" if v is None else str(v)
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first (dotted key, value in ``a``, value in ``b``) where two JSON-like
+    configs (model dumps) differ (a key absent on one side counts as null; a fixed
+    parameter is its number; mappings of different ``type`` differ as a whole), None
+    when equal."""
+    fixed = [isinstance(x, Mapping) and x.get("type") == "Fixed" for x in (a, b)]
+    if any(fixed):  # a fixed parameter is written as its number
+        a, b = (x["value"] if f else x for x, f in zip((a, b), fixed, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and a.get("type") == b.get("type"):
+        for k in sorted(set(a) | set(b), key=str):
+            d = first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+            if d is not None:
+                return d
+        return None
+    return None if a == b else (path, a, b)
+
+
+def check_identity(
+    found: Mapping[str, Any],
+    expect: Mapping[str, Any],
+    where: str | Path,
+    *,
+    found_config: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> None:
+    """Raise :class:`ManifestMismatch` naming the first campaign-defining setting of
+    ``expect`` (this run) that differs from ``found`` (the campaign in ``where``); keys
+    absent on either side agree. With both configs given, a different config hash names
+    the first config key that differs."""
+    names = {**DEFINING, **PLAN_DEFINING}
+    found = {**_defining_plan(found), **{k: v for k, v in found.items() if k in DEFINING}}
+    expect = {**_defining_plan(expect), **{k: v for k, v in expect.items() if k in DEFINING}}
+    for key, name in names.items():
+        if key not in found or key not in expect:
+            continue
+        if key in DEFINING and (found[key] is None or expect[key] is None):
+            continue
+        if found[key] == expect[key]:
+            continue
+        what = f"{_show(expect[key])} differs from {_show(found[key])}"
+        if key == "config_hash" and found_config is not None and config is not None:
+            strip = ("campaign",)
+            d = first_difference({k: v for k, v in config.items() if k not in strip},
+                                 {k: v for k, v in found_config.items() if k not in strip})  # fmt: skip
+            if d is not None:
+                what = f"{d[0]} is {_show(d[1])} here, {_show(d[2])}"
+        raise ManifestMismatch(
+            f"{name}: {what} in {where} (another campaign); use another --output-dir, "
+            "or --overwrite to replace that campaign"
+        )
+
+
+def check_manifest(
+    root: str | Path,
+    expect: Mapping[str, Any],
+    plan: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The existing manifest, after checking it against ``expect`` (:func:`defining`)
+    and the run's ``plan`` (:data:`PLAN_DEFINING` keys; ``config``: the run's config,
+    to name the key behind a different config hash).
 
     Raises :class:`ManifestMismatch` naming the first differing setting, or
     ``ValueError`` for an unreadable manifest.
@@ -134,13 +257,9 @@ def check_manifest(root: str | Path, expect: Mapping[str, Any]) -> dict[str, Any
     doc = read_manifest(root)
     if doc is None:
         return None
-    key = mismatch(doc, expect)
-    if key is not None:
-        raise ManifestMismatch(
-            f"{DEFINING[key]}: {expect[key]} differs from {doc[key]} in "
-            f"{Path(root) / MANIFEST} (another campaign); use another --output-dir, "
-            "or --overwrite to replace that campaign"
-        )
+    run = {**{k: v for k, v in (plan or {}).items() if k in PLAN_DEFINING}, **expect}
+    check_identity(identity(doc), run, Path(root) / MANIFEST, found_config=doc.get("config"),
+                   config=config)  # fmt: skip
     return doc
 
 
@@ -154,17 +273,23 @@ def write_manifest(
     batch_size: int,
     env: Mapping[str, Any],
     replace: bool = False,
+    overrides: Sequence[Mapping[str, Any]] = (),
+    frozen: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Write ``campaign.json`` once (``replace``: atomically over an existing one).
+    """Write ``campaign.json`` once (``replace``: atomically over an existing one), and with
+    it ``frozen`` (the config data as run) as :data:`FROZEN_CONFIG`.
 
     Returns ``(manifest in force, written by this call)``. When another task
-    wrote it first, that one is returned after :func:`check_manifest`.
+    wrote it first, that one is returned after :func:`check_manifest`; when that one
+    plans fewer realizations per grid point (``plan["n_realizations"]``) this call's
+    larger plan replaces it (the campaign grows; ``extended`` records when).
     """
     root = Path(root)
     doc = {
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         **expect,
         "config": dict(config),
+        "overrides": [dict(o) for o in overrides],
         "plan": {**plan, "n_planned": len(run_ids), "run_ids": list(run_ids)},
         "batch_size": batch_size,
         **env,
@@ -172,6 +297,21 @@ def write_manifest(
     }
     root.mkdir(parents=True, exist_ok=True)
     path = root / MANIFEST
+    if not replace:
+        found = check_manifest(root, expect, plan, config)
+        if found is not None:
+            old_n, new_n = found["plan"].get("n_realizations"), plan.get("n_realizations")
+            if not (isinstance(old_n, int) and isinstance(new_n, int) and new_n > old_n):
+                if frozen is not None and not (root / FROZEN_CONFIG).is_file():
+                    write_frozen_config(root, frozen)  # a campaign from before config.yaml
+                return found, False
+            doc["created_at"] = found.get("created_at", doc["created_at"])
+            doc["extended"] = [*(found.get("extended") or []),
+                               {"at": datetime.now(UTC).isoformat(timespec="seconds"),
+                                "n_realizations": [old_n, new_n]}]  # fmt: skip
+            logger.info("campaign grows from %d to %d realization(s) per grid point: %s "
+                        "rewritten with the larger plan", old_n, new_n, path)  # fmt: skip
+            replace = True
     host = socket.gethostname()
     _remove_orphans(root, host)
     # created with mode 0666 so that the user's umask decides who may read it
@@ -182,18 +322,60 @@ def write_manifest(
             json.dump(to_strict_json(doc), fh, indent=1, allow_nan=False)
             fh.write("\n")
         if replace:
+            if frozen is not None:
+                write_frozen_config(root, frozen)
             os.replace(tmp, path)
             return doc, True
         try:
             os.link(tmp, path)  # atomic create-if-absent: exactly one task wins
         except FileExistsError:
-            found = check_manifest(root, expect)
+            found = check_manifest(root, expect, plan, config)
             assert found is not None
             return found, False
+        if frozen is not None:
+            write_frozen_config(root, frozen)
         return doc, True
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_frozen_config(root: str | Path, data: Mapping[str, Any]) -> Path:
+    """Write :data:`FROZEN_CONFIG` (the config data as run) atomically under ``root``."""
+    import yaml
+
+    root = Path(root)
+    path = root / FROZEN_CONFIG
+    text = (
+        "# The config as run: the file with bias-run's --set items and flags applied (listed\n"
+        f"# in {MANIFEST}'s overrides). SLURM tasks and later stages read this copy, not\n"
+        "# the original file.\n" + yaml.safe_dump(to_strict_json(dict(data)), sort_keys=False)
+    )
+    tmp = root / f".{FROZEN_CONFIG}.{socket.gethostname()}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_frozen_config(root: str | Path) -> Any:
+    """The frozen config data of the campaign under ``root`` (not validated), or None
+    when it has none; ``ValueError`` when it cannot be read."""
+    import yaml
+
+    path = Path(root) / FROZEN_CONFIG
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({type(err).__name__})") from None
 
 
 def _remove_orphans(root: Path, host: str) -> None:
@@ -206,9 +388,3 @@ def _remove_orphans(root: Path, host: str) -> None:
             p.unlink(missing_ok=True)
         except (ValueError, PermissionError):
             continue
-
-
-def plan_differences(manifest: Mapping[str, Any], plan: Mapping[str, Any]) -> list[str]:
-    """Plan settings (grid, seeds, design) of this run that differ from the manifest's."""
-    have = manifest.get("plan") or {}
-    return [k for k, v in plan.items() if k in have and have[k] != v]

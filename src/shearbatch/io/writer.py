@@ -15,8 +15,9 @@
   directly (measured ~2.5x cheaper per file than building an xarray DataTree,
   ``bench/bench_throughput.py``); the file reads back with ``xarray.open_datatree``
   and ``arviz.from_netcdf`` exactly as before.
-- ``convergence.json``: method-aware diagnostics and ``status`` ("ok" or
-  "failed" with a ``reason``); strict JSON (non-finite numbers become null).
+- ``convergence.json``: a :class:`~shearbatch.core.convergence.Convergence` record
+  (method-aware diagnostics and ``status``, "ok" or "failed" with a ``reason``);
+  strict JSON (non-finite numbers become null).
 
 Every file goes to a temporary name ``.<name>.<host>.<pid>.<random>.tmp`` in the
 same directory, created with the user's umask, and is renamed into place;
@@ -50,15 +51,17 @@ import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._version import __version__
+from ..core.convergence import Convergence
 from .layout import CONVERGENCE, FILES, POSTERIOR, TRUTH
 from .variables import VARIABLES
 
 __all__ = [
+    "Record",
     "WriteError",
     "WriterPool",
     "clean_orphans",
@@ -67,12 +70,26 @@ __all__ = [
     "to_strict_json",
     "write_json",
     "write_realization",
+    "write_record",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: netCDF-C and HDF5 are not thread-safe: one netCDF file is written at a time per process
 _NC_LOCK = threading.Lock()
+
+
+class Record(NamedTuple):
+    """What one realization's files hold (:func:`write_realization`'s arguments): the
+    posterior draws and per-draw statistics, the observed stamps and root attributes of
+    ``posterior.nc``, ``truth.json``, and the convergence record."""
+
+    posterior: Mapping[str, np.ndarray]
+    sample_stats: Mapping[str, np.ndarray]
+    observed: np.ndarray
+    attrs: Mapping[str, Any]
+    truth: Mapping[str, Any]
+    convergence: Convergence | Mapping[str, Any]
 
 
 class WriteError(RuntimeError):
@@ -260,9 +277,10 @@ def write_realization(
     observed: np.ndarray,
     attrs: Mapping[str, Any],
     truth: Mapping[str, Any],
-    convergence: Mapping[str, Any],
+    convergence: Convergence | Mapping[str, Any],
 ) -> Path:
-    """Write one realization's three files atomically; ``convergence.json`` last.
+    """Write one realization's three files atomically; ``convergence.json`` last
+    (``convergence``: its record, or the mapping to write as it is).
 
     On failure the files this call wrote are removed (the realization is absent or,
     if its directory held other files, incomplete) and the error propagates.
@@ -276,7 +294,8 @@ def write_realization(
             d / POSTERIOR,
             lambda tmp: write_posterior_nc(tmp, posterior, sample_stats, observed, attrs),
         )
-        write_json(d / CONVERGENCE, convergence)
+        conv = convergence.to_json() if isinstance(convergence, Convergence) else convergence
+        write_json(d / CONVERGENCE, conv)
     except BaseException:
         for name in (CONVERGENCE, POSTERIOR, TRUTH):
             (d / name).unlink(missing_ok=True)
@@ -286,6 +305,12 @@ def write_realization(
             pass
         raise
     return d
+
+
+def write_record(directory: str | Path, record: Record | Mapping[str, Any]) -> Path:
+    """:func:`write_realization` of a :class:`Record` (or of a mapping of its fields)."""
+    fields = record._asdict() if isinstance(record, Record) else dict(record)
+    return write_realization(directory, **fields)
 
 
 def read_json(path: str | Path) -> Any:
@@ -318,8 +343,8 @@ def describe_write_error(directory: str | Path, err: BaseException) -> str:
     return f"cannot write {directory}: {why}"
 
 
-def _write_job(directory: str, record: dict[str, Any]) -> str:
-    write_realization(directory, **record)
+def _write_job(directory: str, record: Record | Mapping[str, Any]) -> str:
+    write_record(directory, record)
     return directory
 
 
@@ -378,7 +403,7 @@ class WriterPool:
         if self._error is not None:
             raise self._error
 
-    def submit(self, directory: str | Path, record: dict[str, Any]) -> None:
+    def submit(self, directory: str | Path, record: Record | Mapping[str, Any]) -> None:
         while not self._slots.acquire(timeout=0.1):
             self.check()
         self.check()

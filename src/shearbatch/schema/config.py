@@ -51,7 +51,7 @@ from .distributions import StrictModel as _Strict
 from .distributions import as_param as _as_param
 from .distributions import bounded_unit as _bounded_unit
 from .distributions import positive_support as _positive_support
-from .inference import Inference, MapConfig, MapInit, NutsConfig, ViConfig
+from .inference import InferenceHead, inference_model
 
 __all__ = [
     "DIST_TYPES",
@@ -59,17 +59,13 @@ __all__ = [
     "Config",
     "ConfigError",
     "Fixed",
-    "Inference",
     "LogNormal",
-    "MapConfig",
-    "MapInit",
     "Normal",
-    "NutsConfig",
     "SbatchConfig",
     "TruncatedNormal",
     "Uniform",
-    "ViConfig",
     "config_hash",
+    "current_config",
     "load_config",
     "parse_config",
     "read_config_data",
@@ -376,8 +372,8 @@ class SbatchConfig(_Strict):
     """Shell lines run before bias-run (--sbatch-setup; empty: activate the virtual environment bias-run ran in). Example: ["module load cuda/12"]"""
     stats: bool = True
     """Also write the dependent bias-extract + bias-stats job (--sbatch-stats/--no-sbatch-stats)."""
-    level: str = "level_0"
-    """Acceptance level of the dependent bias-stats (--sbatch-level). Example: level_0"""
+    level: str | None = None
+    """Acceptance level of the dependent bias-stats, passed as its --level (--sbatch-level; null: bias-stats picks the campaign's own requirement from the frozen config.yaml). Example: level_0"""
 
 
 class CampaignConfig(_Strict):
@@ -407,6 +403,8 @@ class CampaignConfig(_Strict):
     """SBC: each realization's true shear drawn from gal.shear instead of a grid (--shear-from-prior)."""
     sbatch: SbatchConfig = SbatchConfig()
     """What bias-run --emit-sbatch asks SLURM for (section campaign.sbatch; each key overridden by its --sbatch-<key> flag)."""
+    requirement: str | None = None
+    """The acceptance requirement bias-stats judges this campaign against when no --requirement is given: a preset name of docs/requirements.md (null: level0). Example: survey_snr30"""
 
     @model_validator(mode="after")
     def _ring_needs_grid(self) -> CampaignConfig:
@@ -423,6 +421,15 @@ class CampaignConfig(_Strict):
             for g in v:
                 if not abs(g) < 1:
                     raise ValueError(f"|g| must be < 1, got {g}")
+        return v
+
+    @field_validator("requirement")
+    @classmethod
+    def _requirement(cls, v: str | None) -> str | None:
+        if v is not None:
+            from .requirements import resolve
+
+            resolve(v)  # ValueError naming the presets
         return v
 
     @field_validator("g2")
@@ -479,7 +486,7 @@ class Config(_Strict):
     """Point-spread function (the same for the generator and the model unless simulation.psf)."""
     gal: Galaxy
     """Galaxy profile and the priors of its latents; a number is fixed, a mapping with type a prior."""
-    inference: Inference = Inference()
+    inference: InferenceHead = InferenceHead()  # the methods' sections: current_config()
     """Inference method and its settings."""
     campaign: CampaignConfig = CampaignConfig()
     """Shear grid, realizations, seeds, batch size, output; every key has a bias-run flag."""
@@ -558,6 +565,20 @@ def known_keys(root: type[BaseModel], loc: Sequence[Any]) -> list[str] | None:
     return sorted({k for m in models for k in m.model_fields})
 
 
+def current_config() -> type[Config]:
+    """:class:`Config`, its ``inference`` section made of the methods registered now
+    (:func:`shearbatch.schema.inference.inference_model`): a method registered after this
+    module was imported, with its settings model, is accepted from then on. Everything
+    that validates or describes a config asks for it (until then ``inference`` has only
+    its own keys, so importing the schema imports no method)."""
+    model = inference_model()
+    field = Config.model_fields["inference"]
+    if field.annotation is not model:
+        field.annotation, field.default = model, model()
+        Config.model_rebuild(force=True)
+    return Config
+
+
 #: the models a ValidationError can come from, by its ``title``
 _ROOTS: dict[str, type[BaseModel]] = {"Config": Config, "PSF": PSF, "Galaxy": Galaxy}
 
@@ -603,7 +624,7 @@ def parse_config(raw: Any, *, prefix: str | None = None) -> Config:
         raise ConfigError("config: top level must be a mapping")
     raw = drop_ignored(raw)
     try:
-        return Config.model_validate(raw)
+        return current_config().model_validate(raw)
     except ConfigError:
         raise
     except ValidationError as err:

@@ -32,9 +32,10 @@ class IgnoredKey(NamedTuple):
 
 
 def _map_lr(section: Mapping[str, Any]) -> str | None:
-    from .inference import MapConfig
+    from ..core.methods import settings_model
 
-    optimizer = section.get("optimizer", MapConfig.model_fields["optimizer"].default)
+    model = settings_model("map_config".removesuffix("_config"))  # the method's own settings
+    optimizer = section.get("optimizer", model.model_fields["optimizer"].default)
     if optimizer == "adam":
         return None  # Adam's step size: the schema validates it
     return f"has no effect with optimizer {optimizer} (Adam only; SHINE's MAP is Adam)"

@@ -8,9 +8,11 @@ string such as PyYAML's ``1e-6``) becomes :class:`Fixed`.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from ..settings import Count, Positive, StrictModel
 
 __all__ = [
     "DIST_TYPES",
@@ -27,55 +29,6 @@ __all__ = [
     "bounded_unit",
     "positive_support",
 ]
-
-
-class StrictModel(BaseModel):
-    # the docstring under each field is its description in docs/config.md; a leading
-    # ``[unit]`` is its unit (python -m shearbatch.schema.reference writes the file)
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, data: Any) -> Any:
-        """YAML ``true``/``false`` is not a number (pydantic would read ``size_x: true`` as 1)."""
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
-        for k, v in data.items():
-            field = cls.model_fields.get(k) if isinstance(k, str) else None
-            if isinstance(v, bool) and field is not None:
-                ann = field.annotation
-                if ann is not bool and bool not in get_args(ann) and ann is not Any:
-                    out[k] = _YamlBool(v)  # fails the field's own type check, under its key
-        return out
-
-
-class _YamlBool:
-    """A YAML boolean where a number belongs (its repr is the YAML spelling)."""
-
-    def __init__(self, v: bool) -> None:
-        self.v = v
-
-    def __repr__(self) -> str:
-        return str(self.v).lower()
-
-
-def _positive(v: float) -> float:
-    if not (v > 0 and math.isfinite(v)):
-        raise ValueError("must be > 0")
-    return v
-
-
-def _at_least_one(v: int) -> int:
-    if v < 1:
-        raise ValueError("must be >= 1")
-    return v
-
-
-Positive = Annotated[float, AfterValidator(_positive)]  # finite and > 0
-Count = Annotated[int, AfterValidator(_at_least_one)]  # an integer >= 1
 
 
 # --------------------------------------------------------------------------- distributions

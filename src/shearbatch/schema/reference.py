@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from .config import Config
+from .config import Config, current_config
 from .dialect import IGNORED
 from .distributions import DIST_TYPES, Fixed, LogNormal, Normal, TruncatedNormal, Uniform
 
@@ -125,7 +125,7 @@ def _table(model: type[BaseModel]) -> list[str]:
 def undocumented() -> list[str]:
     """Keys whose field has no docstring (the reference would have no description)."""
     missing = []
-    for path, model in [*_sections(Config, ""), *((d.__name__, d) for d in _DISTS)]:
+    for path, model in [*_sections(current_config(), ""), *((d.__name__, d) for d in _DISTS)]:
         for name, field in model.model_fields.items():
             if not (field.description or "").strip():
                 missing.append(f"{path}.{name}" if path else name)
@@ -138,7 +138,9 @@ def reference_markdown() -> str:
         "# Config reference",
         "",
         "<!-- generated from the schema by `python -m shearbatch.schema.reference > "
-        "docs/config.md`; do not edit: edit the docstrings in src/shearbatch/schema/ -->",
+        "docs/config.md`; do not edit: edit the docstrings in src/shearbatch/schema/ and, for "
+        "a method's inference.<method>_config, in its module under "
+        "src/shearbatch/core/methods/ -->",
         "",
         "Every key of a `bias-run --config` YAML file. Unknown keys are errors (with a "
         "did-you-mean); `bias-run --show-config CONFIG` prints a config with every default "
@@ -156,7 +158,7 @@ def reference_markdown() -> str:
         "dimensionless.",
         "",
     ]
-    for path, model in _sections(Config, ""):
+    for path, model in _sections(current_config(), ""):
         title = f"`{path}`" if path else "Top level"
         lines += [f"## {title}", ""]
         doc = " ".join((model.__doc__ or "").split()) if model is not Config else ""

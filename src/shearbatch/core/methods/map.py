@@ -39,20 +39,23 @@ stopping on a summed loss).
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from pydantic import model_validator
 
+from ...settings import Count, Positive, StrictModel
 from .. import arrow
 from ..flags import flag
-from .base import Diagnosis, Draws, Method
+from .base import Diagnosis, Draws, Method, section
 
 __all__ = [
     "Laplace",
-    "MapSettings",
+    "MapConfig",
+    "MapInfo",
     "OptResult",
     "covariance",
     "default_tol",
@@ -71,14 +74,51 @@ class OptResult(NamedTuple):
     converged: jax.Array
 
 
-class MapSettings(NamedTuple):
-    """``inference.map_config`` (see the schema for meanings and defaults)."""
+class MapConfig(StrictModel):
+    """The MAP fit: used by ``method: map``, and for the Laplace start of NUTS and VI.
 
-    optimizer: str
-    num_steps: int
-    learning_rate: float
-    tol: float | None
-    num_samples: int
+    Each realization's ``convergence.json`` records the fit under ``optimizer``:
+    ``converged`` (the convergence rule: ``newton_decrement`` <= 1e-4, whatever the
+    optimiser), ``newton_decrement`` (g^T H^-1 g / 2 at the mode: the log density still to
+    gain), ``grad_norm_whitened`` (|L^-1 g| with H = L L^T the Laplace factor: the Newton
+    step still to go, in posterior standard deviations, = sqrt(2 newton_decrement); the raw
+    gradient norm is not recorded, as it scales with the curvature, i.e. with S/N^2),
+    ``n_steps``, ``stopping_rule_met`` (the optimiser's own rule: ``tol``) and ``potential``.
+    """
+
+    optimizer: Literal["newton", "gauss_newton", "lbfgs", "adam"] = "newton"
+    """Damped Newton with the exact Hessian (default), Gauss-Newton (the stamps' J^T W J plus the prior's Hessian far from the mode, exact Newton for the last steps), L-BFGS or Adam (large models). Gauss-Newton (bench/bench_cost.py, docs/benchmarks.md): the same modes (within 1e-5 posterior sd), faster where galaxies have free shapes (3.8x at 8 and 7.2x at 32 galaxies per realization, 2.6x for one galaxy at survey S/N 30, 1.1x at Level 0); configs/level2.yaml uses it. Not the default because of float32 at very high S/N: at Level 0's S/N 1.2e5 both optimizers stop on float32's rounding floor at the step limit, and more Gauss-Newton lanes end above the convergence rule (4 of 16 against 1 of 16 for newton, docs/results/cost_map.md)."""
+    num_steps: Count = 200
+    """[iterations] Optimiser steps at most."""
+    learning_rate: Positive | None = None
+    """[step size] Adam only (null: 0.1)."""
+    tol: Positive | None = None
+    """[log-density] Convergence: half the Newton decrement below tol (null: 1e-10 float64, 1e-7 float32)."""
+    num_samples: Count = 1000
+    """[draws] Laplace draws written as the posterior (antithetic)."""
+
+    @model_validator(mode="after")
+    def _lr(self) -> MapConfig:
+        if self.learning_rate is not None and self.optimizer != "adam":
+            raise ValueError(
+                f"learning_rate: has no effect with optimizer {self.optimizer} (Adam only)"
+            )
+        return self
+
+
+class MapInfo(NamedTuple):
+    """MAP's record of one fit (:class:`~.base.Info`), read by :func:`diagnose` and
+    :func:`batch_report`."""
+
+    potential: jax.Array  # U at the mode
+    grad_norm_whitened: jax.Array  # |L^-1 g| at the mode (Laplace.grad_whitened)
+    n_steps: jax.Array  # optimiser steps taken
+    converged: jax.Array  # the optimiser's own stopping rule met
+    decrement: jax.Array  # half the Newton decrement at the mode
+    laplace_ok: jax.Array  # Hessian finite and positive definite
+    std: jax.Array  # (D,) Laplace marginal widths, unconstrained
+    #: (M,) the interim model's importance-sampling ESS per galaxy (None: joint model)
+    is_ess: jax.Array | None = None
 
 
 #: a MAP fit is converged when the Newton decrement at its end, g^T H^-1 g / 2 (the
@@ -269,7 +309,7 @@ def layout_of(model) -> arrow.Layout:
     return arrow.dense_layout(model.x0.shape[0]) if lay is None else lay
 
 
-def laplace(obs: jax.Array, model, settings: MapSettings, objective=None) -> Laplace:
+def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Laplace:
     """Mode and Laplace approximation of ONE realization's posterior (``model``: a
     :class:`shearbatch.core.posterior.Posterior`). ``objective(x, obs)`` defaults to the
     physical-parameter mode objective ``model.mode_fn``; samplers pass
@@ -323,7 +363,7 @@ def covariance(lap: Laplace, layout: arrow.Layout) -> jax.Array:
 
 
 def fit(
-    rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings, lap: Laplace | None = None
+    rng_key: jax.Array, obs: jax.Array, posterior, settings: MapConfig, lap: Laplace | None = None
 ) -> Draws:
     """MAP + Laplace for ONE realization: ``num_samples`` antithetic Laplace draws
     (``lap``: an already computed :func:`laplace` of this realization)."""
@@ -336,15 +376,15 @@ def fit(
     xs = lap.opt.x[None, :] + jax.vmap(lambda e: arrow.apply_scale(lap.factor, e, layout))(eps)
     samples = jax.vmap(posterior.constrain_fn)(xs)
     log_q = -0.5 * jnp.sum(eps * eps, axis=1) + 0.5 * lap.log_det
-    info = {
-        "potential": lap.opt.potential,
-        "grad_norm_whitened": lap.grad_whitened,
-        "n_steps": lap.opt.n_steps,
-        "converged": lap.opt.converged,
-        "decrement": lap.decrement,
-        "laplace_ok": lap.ok,
-        "std": lap.std,
-    }
+    info = MapInfo(
+        potential=lap.opt.potential,
+        grad_norm_whitened=lap.grad_whitened,
+        n_steps=lap.opt.n_steps,
+        converged=lap.opt.converged,
+        decrement=lap.decrement,
+        laplace_ok=lap.ok,
+        std=lap.std,
+    )
     return Draws(
         samples={k: v[None] for k, v in samples.items()},
         stats={"laplace_log_q": log_q[None]},
@@ -383,7 +423,7 @@ def galaxy_log_target(posterior, x: jax.Array, obs: jax.Array) -> jax.Array:
 
 
 def interim_fit(
-    rng_key: jax.Array, obs: jax.Array, posterior, settings: MapSettings, e_sigma: float
+    rng_key: jax.Array, obs: jax.Array, posterior, settings: MapConfig, e_sigma: float
 ) -> Draws:
     """MAP + Laplace of ONE realization of the interim model, with per-galaxy importance
     weights of the Laplace draws.
@@ -422,7 +462,7 @@ def interim_fit(
     pi = dist.Normal(0.0, float(e_sigma))  # spec.interim_problem's prior
     log_pi = pi.log_prob(samples["e1"]) + pi.log_prob(samples["e2"])
     stats = dict(draws.stats, interim_log_weight=(log_r - log_pi)[None])
-    info = dict(draws.info, is_ess=ess(log_r.T))
+    info = draws.info._replace(is_ess=ess(log_r.T))
     return draws._replace(stats=stats, info=info)
 
 
@@ -433,36 +473,35 @@ def std_by_site(samples) -> dict[str, np.ndarray]:
 
 def diagnose(draws: Draws) -> Diagnosis:
     """Optimiser record, Laplace widths and the mode of one realization."""
-    info = draws.info
+    info: MapInfo = draws.info
     flags = 0
-    if not np.isfinite(info["potential"]):
+    if not np.isfinite(info.potential):
         flags |= flag("NONFINITE_POTENTIAL")
-    if not bool(info["laplace_ok"]):
+    if not bool(info.laplace_ok):
         flags |= flag("HESSIAN_NOT_PD")
     # the decrement decides (an optimiser's own rule can stop at the float resolution of
     # a large U, e.g. a misspecified model's chi^2 of 1e7, with the mode already found)
-    converged = bool(np.isfinite(info["decrement"]) and info["decrement"] <= DECREMENT_TOL)
+    converged = bool(np.isfinite(info.decrement) and info.decrement <= DECREMENT_TOL)
     if not converged:
         flags |= flag("OPT_NOT_CONVERGED")
     diag = {
         "optimizer": {
             "converged": converged,
-            "stopping_rule_met": bool(info["converged"]),
-            "newton_decrement": float(info["decrement"]),
-            "n_steps": int(info["n_steps"]),
-            "grad_norm_whitened": float(info["grad_norm_whitened"]),
-            "potential": float(info["potential"]),
+            "stopping_rule_met": bool(info.converged),
+            "newton_decrement": float(info.decrement),
+            "n_steps": int(info.n_steps),
+            "grad_norm_whitened": float(info.grad_norm_whitened),
+            "potential": float(info.potential),
         },
         "laplace": {
-            "positive_definite": bool(info["laplace_ok"]),
-            "std_unconstrained": [float(s) for s in np.asarray(info["std"])],
+            "positive_definite": bool(info.laplace_ok),
+            "std_unconstrained": [float(s) for s in np.asarray(info.std)],
             "posterior_std": std_by_site(draws.samples),
         },
-        "map_estimate": dict(draws.mode),
     }
-    if "is_ess" in info:  # the interim model: Laplace's importance-sampling efficiency
+    if info.is_ess is not None:  # the interim model: Laplace's importance-sampling efficiency
         n = next(iter(draws.samples.values())).shape[1]
-        frac = np.asarray(info["is_ess"], float) / n
+        frac = np.asarray(info.is_ess, float) / n
         diag["importance"] = {"ess_fraction": frac.tolist(), "min": float(frac.min()),
                               "median": float(np.median(frac)), "n_draws": int(n)}  # fmt: skip
     return Diagnosis(draws.stats, diag, flags)
@@ -472,7 +511,7 @@ def batch_report(draws: Draws, lockstep: int | None = None) -> dict[str, Any]:
     """Lockstep efficiency of a batch: the Newton steps each lane needed / the steps its
     vectorised loop ran (every lane of a chunk of ``lockstep`` lanes, default the whole
     batch, runs until the chunk's slowest lane has converged), and the step counts."""
-    n = np.asarray(draws.info["n_steps"]).reshape(-1)
+    n = np.asarray(draws.info.n_steps).reshape(-1)
     group = min(lockstep or n.size, n.size)
     chunks = [n[i : i + group] for i in range(0, n.size, group)]
     executed = sum(c.size * int(c.max()) for c in chunks)
@@ -484,8 +523,10 @@ def batch_report(draws: Draws, lockstep: int | None = None) -> dict[str, Any]:
     }
 
 
-def settings_from(inference) -> MapSettings:
-    return MapSettings(**inference["map_config"])
+def settings_from(inference) -> MapConfig:
+    """The ``inference.map_config`` section of the plain ``inference`` settings (also the
+    Laplace start of NUTS and VI)."""
+    return section(inference, "map", MapConfig)
 
 
 def method(inference) -> Method:
@@ -496,4 +537,4 @@ def method(inference) -> Method:
         e_sigma = float(inference.get("interim_e_sigma", 0.5))
         fit_fn = lambda key, obs, post: interim_fit(key, obs, post, settings, e_sigma)  # noqa: E731
     # chunks of 4 lanes: 1.8-3.1x faster than one vmap on CPU (bench/bench_chunking.py)
-    return Method("map", fit_fn, diagnose, batch_report, estimate="mode", cpu_chunk=4)
+    return Method("map", fit_fn, diagnose, batch_report, point_estimate="mode", cpu_chunk=4)

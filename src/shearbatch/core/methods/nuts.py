@@ -37,14 +37,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.hmc import hmc
+from pydantic import field_validator
 
+from ...settings import Count, StrictModel
 from .. import arrow
 from ..diagnostics import bfmi, ess_bulk, ess_tail, per_site, rhat
-from ..flags import flag
+from ..flags import Gates, flag
 from . import map as map_
-from .base import Diagnosis, Draws, Method
+from .base import Diagnosis, Draws, Method, section
 
 __all__ = [
+    "MapInit",
+    "NutsConfig",
+    "NutsInfo",
     "NutsSettings",
     "fit",
     "interim_batch_report",
@@ -56,8 +61,62 @@ __all__ = [
 ]
 
 
+class MapInit(StrictModel):
+    """NUTS's start at each realization's MAP/Laplace fit (``map_config``'s optimiser)."""
+
+    enabled: bool = True
+    """Start each realization's chains at its MAP and sample in Laplace-whitened coordinates."""
+    num_steps: Count = 500
+    """[iterations] Optimiser steps of the MAP start."""
+
+
+class NutsConfig(StrictModel):
+    """NUTS settings (``method: nuts``)."""
+
+    warmup: Count = 500
+    """[iterations] Warmup (adaptation) iterations per chain."""
+    samples: Count = 1000
+    """[draws] Kept draws per chain."""
+    chains: Count = 4
+    """[count] Independent chains per realization."""
+    dense_mass: bool = False
+    """Dense (true) or diagonal inverse mass matrix."""
+    target_accept: float = 0.8
+    """[probability, in (0, 1)] Target acceptance of the step-size adaptation."""
+    max_tree_depth: Count = 10
+    """[doublings] Tree-depth cap of warmup (and of sampling unless max_tree_depth_sampling)."""
+    # A cap on the sampling phase's tree depth. Lanes run in lockstep, so every
+    # vectorised iteration costs the deepest tree of the batch; a cap never biases
+    # NUTS (it stays a valid MCMC kernel), it can only lower ESS, which the
+    # convergence thresholds check. See docs/design.md, "NUTS on large batches".
+    max_tree_depth_sampling: Count | None = None
+    """[doublings] Tree-depth cap of the sampling phase (null: max_tree_depth); 3 for big batches."""
+    # False: keep the initial inverse mass matrix (the Laplace covariance with
+    # map_init) and adapt the step size only.
+    adapt_mass_matrix: bool = True
+    """False: keep the initial (Laplace) mass matrix and adapt the step size only."""
+    map_init: MapInit = MapInit()
+    """Start at the MAP (section inference.nuts_config.map_init)."""
+
+    @field_validator("target_accept")
+    @classmethod
+    def _prob(cls, v: float) -> float:
+        if not 0 < v < 1:
+            raise ValueError("must be in (0, 1)")
+        return v
+
+
+class NutsInfo(NamedTuple):
+    """NUTS's record of one fit (:class:`~.base.Info`), read by :func:`diagnose` and
+    :func:`batch_report`."""
+
+    warmup_n_steps: jax.Array  # (chains, warmup) leapfrog steps of each warmup iteration
+    map_ok: jax.Array  # the MAP / Laplace start was valid
+
+
 class NutsSettings(NamedTuple):
-    """``inference.nuts_config`` (see the schema), plus the MAP settings of ``map_init``."""
+    """``inference.nuts_config`` flattened for the sampler, plus the MAP settings of
+    ``map_init`` (``inference.map_config`` with ``map_init.num_steps``)."""
 
     warmup: int
     samples: int
@@ -68,7 +127,7 @@ class NutsSettings(NamedTuple):
     max_tree_depth_sampling: int | None
     adapt_mass_matrix: bool
     map_init: bool
-    map_settings: map_.MapSettings
+    map_settings: map_.MapConfig
 
     @property
     def sampling_depth(self) -> int:
@@ -167,7 +226,7 @@ def fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: NutsSettings) -
         "acceptance_rate": acc,
         "lp": -pot,
     }
-    info = {"warmup_n_steps": warm_steps, "map_ok": ok}
+    info = NutsInfo(warmup_n_steps=warm_steps, map_ok=ok)
     return Draws(samples, stats, posterior.constrain_fn(centre), info)
 
 
@@ -188,29 +247,24 @@ def diagnose(draws: Draws, settings: NutsSettings) -> Diagnosis:
             x = np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in d.values()])
             return float(fn(x)) if np.any(np.isfinite(x)) else None
 
+        gates = Gates(rhat=r, ess_bulk=eb, ess_tail=et, divergences=int(div.sum()),
+                      divergence_frac=frac, bfmi=bf)  # fmt: skip
         diag = {
-            "rhat": r,
-            "ess_bulk": eb,
-            "ess_tail": et,
             "rhat_max": worst(r, np.nanmax),
             "ess_bulk_min": worst(eb, np.nanmin),
             "ess_tail_min": worst(et, np.nanmin),
-            "divergences": int(div.sum()),
-            "divergence_frac": frac,
-            "bfmi": bf,
             "tree_depth_max_hits": int(np.sum(depth >= settings.sampling_depth)),
             "mean_tree_depth": float(depth.mean()),
             "step_size": np.asarray(st["step_size"])[:, -1],
             "acceptance_rate": float(np.mean(np.asarray(st["acceptance_rate"]))),
-            "map_init_ok": bool(draws.info["map_ok"]),
-            "map_estimate": dict(draws.mode),
+            "map_init_ok": bool(draws.info.map_ok),
         }
     flags = 0
     if frac >= 1.0:
         flags |= flag("ALL_DIVERGENT")
     if all(np.all(np.ptp(np.asarray(v), axis=1) == 0) for v in post.values()):
         flags |= flag("CHAINS_STUCK")
-    return Diagnosis(dict(st), diag, flags)
+    return Diagnosis(dict(st), diag, flags, gates)
 
 
 def batch_report(
@@ -233,7 +287,7 @@ def batch_report(
     q50, q90, q99 = (int(v) for v in np.percentile(depth, [50, 90, 99]))
     rep: dict[str, Any] = {
         "lockstep_efficiency": {
-            "warmup": eff(draws.info["warmup_n_steps"]),
+            "warmup": eff(draws.info.warmup_n_steps),
             "sampling": eff(draws.stats["n_steps"]),
         },
         "sampling_tree_depth_p99": q99,
@@ -304,9 +358,10 @@ def interim_diagnose(draws: Draws, settings: NutsSettings) -> Diagnosis:
     of e1 / e2: the smaller; divergences; tree-depth hits) and the realization's under
     ``galaxies`` (the worst galaxy of each). A galaxy whose transitions all diverged or
     whose chains never moved fails the realization (``ALL_DIVERGENT`` / ``CHAINS_STUCK``)."""
-    ok = np.asarray(draws.info["map_ok"])
-    base = diagnose(draws._replace(info={"map_ok": bool(np.all(ok))}), settings)
-    d = dict(base.diagnostics)
+    ok = np.asarray(draws.info.map_ok)
+    info = draws.info._replace(map_ok=bool(np.all(ok)))
+    base = diagnose(draws._replace(info=info), settings)
+    d, g = dict(base.diagnostics), base.gates
     div = np.asarray(draws.stats["diverging"])  # (C, S, M)
     depth = np.asarray(draws.stats["tree_depth"])
     m = div.shape[-1]
@@ -316,10 +371,10 @@ def interim_diagnose(draws: Draws, settings: NutsSettings) -> Diagnosis:
 
     sites = sorted(draws.samples)
     per = {
-        "rhat_max": by_galaxy(d["rhat"], sites, np.max),
-        "ess_bulk_e": by_galaxy(d["ess_bulk"], ("e1", "e2"), np.min),
-        "ess_tail_e": by_galaxy(d["ess_tail"], ("e1", "e2"), np.min),
-        "ess_bulk_min": by_galaxy(d["ess_bulk"], sites, np.min),
+        "rhat_max": by_galaxy(g.rhat, sites, np.max),
+        "ess_bulk_e": by_galaxy(g.ess_bulk, ("e1", "e2"), np.min),
+        "ess_tail_e": by_galaxy(g.ess_tail, ("e1", "e2"), np.min),
+        "ess_bulk_min": by_galaxy(g.ess_bulk, sites, np.min),
         "divergences": div.sum(axis=(0, 1)),
         "tree_depth_max_hits": np.sum(depth >= settings.sampling_depth, axis=(0, 1)),
         "map_init_ok": ok,
@@ -344,7 +399,7 @@ def interim_diagnose(draws: Draws, settings: NutsSettings) -> Diagnosis:
     moved = [np.any(np.ptp(np.asarray(v), axis=1) > 0, axis=0) for v in draws.samples.values()]
     if not np.all(np.any(moved, axis=0)):  # a galaxy none of whose latents moved
         flags |= flag("CHAINS_STUCK")
-    return Diagnosis(base.sample_stats, d, flags)
+    return Diagnosis(base.sample_stats, d, flags, g)
 
 
 def interim_batch_report(
@@ -354,19 +409,22 @@ def interim_batch_report(
     lanes of the vectorised loop (B, chain x galaxy lanes per realization)."""
     n = np.asarray(draws.stats["n_steps"])  # (B, C, S, M)
     b, c, s, m = n.shape
-    warm = np.asarray(draws.info["warmup_n_steps"])  # (B, M, C, W)
+    warm = np.asarray(draws.info.warmup_n_steps)  # (B, M, C, W)
     stats = {"n_steps": np.moveaxis(n, -1, 2).reshape(b, c * m, s),
              "tree_depth": np.asarray(draws.stats["tree_depth"])}  # fmt: skip
-    info = {"warmup_n_steps": warm.reshape(b, m * c, warm.shape[-1])}
+    info = draws.info._replace(warmup_n_steps=warm.reshape(b, m * c, warm.shape[-1]))
     return batch_report(Draws(draws.samples, stats, draws.mode, info), settings, lockstep)
 
 
 def settings_from(inference) -> NutsSettings:
-    nc = dict(inference["nuts_config"])
-    map_cfg = dict(inference["map_config"])
-    mi = nc.pop("map_init")
-    map_cfg["num_steps"] = mi["num_steps"]
-    return NutsSettings(**nc, map_init=mi["enabled"], map_settings=map_.MapSettings(**map_cfg))
+    """``inference.nuts_config``, and ``inference.map_config`` (with ``map_init``'s step
+    budget) for the MAP start."""
+    cfg = section(inference, "nuts", NutsConfig)
+    map_settings = map_.settings_from(inference).model_copy(
+        update={"num_steps": cfg.map_init.num_steps}
+    )
+    nc = {k: getattr(cfg, k) for k in NutsConfig.model_fields if k != "map_init"}
+    return NutsSettings(**nc, map_init=cfg.map_init.enabled, map_settings=map_settings)
 
 
 def method(inference) -> Method:

@@ -25,33 +25,54 @@ from that of the previous 10% by less than 3 standard errors.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ...settings import Count, Positive, StrictModel
 from ..flags import flag
 from . import map as map_
-from .base import Diagnosis, Draws, Method
+from .base import Diagnosis, Draws, Method, section
 
-__all__ = ["ViSettings", "fit", "method"]
+__all__ = ["ViConfig", "ViInfo", "ViSettings", "fit", "method"]
 
 #: the ELBO is flat (converged) when its last 10% and previous 10% differ by fewer
 #: standard errors than this
 MAX_TREND_Z = 3.0
 
 
-class ViSettings(NamedTuple):
-    """``inference.vi_config`` (see the schema), plus ``map_config`` for the Laplace start."""
+class ViConfig(StrictModel):
+    """VI settings (``method: vi``); the Laplace start uses ``inference.map_config``."""
 
-    guide: str
-    num_steps: int
-    learning_rate: float
-    num_samples: int
-    num_particles: int
-    map_settings: map_.MapSettings
+    guide: Literal["normal", "mvn"] = "normal"
+    """Gaussian guide on the unconstrained latents: mean-field (normal) or full-rank (mvn)."""
+    num_steps: Count = 5000
+    """[iterations] SVI steps."""
+    learning_rate: Positive = 0.001
+    """[step size] Adam learning rate."""
+    num_samples: Count = 1000
+    """[draws] Guide draws written as the posterior."""
+    num_particles: Count = 1
+    """[count] ELBO particles per step."""
+
+
+class ViSettings(NamedTuple):
+    """What a VI fit reads: its own section and the MAP settings of its Laplace start."""
+
+    vi: ViConfig
+    map_settings: map_.MapConfig
+
+
+class ViInfo(NamedTuple):
+    """VI's record of one fit (:class:`~.base.Info`), read by :func:`diagnose`."""
+
+    losses: jax.Array  # (num_steps,) the loss (-ELBO) at every step
+    final_loss: jax.Array  # mean loss of the last 10% of steps
+    trend_z: jax.Array  # |last 10% - previous 10%| / its standard error
+    laplace_ok: jax.Array  # the Laplace start was valid
 
 
 def _scale_matrix(params: dict[str, jax.Array], guide: str) -> jax.Array:
@@ -78,18 +99,19 @@ def fit(rng_key: jax.Array, obs: jax.Array, model, settings: ViSettings) -> Draw
     """VI for ONE realization (``model``: a :class:`~shearbatch.core.posterior.Posterior`)."""
     k_fit, k_draw = jax.random.split(rng_key)
     lap = map_.laplace(obs, model, settings.map_settings, model.potential_fn)
-    params = _init_params(lap, settings.guide, map_.layout_of(model))
+    cfg = settings.vi
+    params = _init_params(lap, cfg.guide, map_.layout_of(model))
     d = lap.opt.x.shape[0]
     dtype = lap.opt.x.dtype
     potential = jax.vmap(model.potential_fn, in_axes=(0, None))
 
     def loss_fn(p, key):
-        s = _scale_matrix(p, settings.guide)
-        eps = jax.random.normal(key, (settings.num_particles, d), dtype)
+        s = _scale_matrix(p, cfg.guide)
+        eps = jax.random.normal(key, (cfg.num_particles, d), dtype)
         xs = p["mu"][None, :] + eps @ s.T
         return jnp.mean(potential(xs, obs)) - jnp.sum(jnp.log(jnp.abs(jnp.diag(s))))
 
-    schedule = optax.cosine_decay_schedule(settings.learning_rate, settings.num_steps, alpha=0.05)
+    schedule = optax.cosine_decay_schedule(cfg.learning_rate, cfg.num_steps, alpha=0.05)
     opt = optax.adam(schedule)
 
     def step(carry, key):
@@ -98,50 +120,49 @@ def fit(rng_key: jax.Array, obs: jax.Array, model, settings: ViSettings) -> Draw
         updates, st = opt.update(g, st, p)
         return (optax.apply_updates(p, updates), st), loss
 
-    keys = jax.random.split(k_fit, settings.num_steps)
+    keys = jax.random.split(k_fit, cfg.num_steps)
     (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), keys)
 
-    s = _scale_matrix(params, settings.guide)
-    eps = jax.random.normal(k_draw, (settings.num_samples, d), dtype)
+    s = _scale_matrix(params, cfg.guide)
+    eps = jax.random.normal(k_draw, (cfg.num_samples, d), dtype)
     samples = jax.vmap(model.constrain_fn)(params["mu"][None, :] + eps @ s.T)
-    n = max(2, settings.num_steps // 10)
+    n = max(2, cfg.num_steps // 10)
     last, prev = losses[-n:], losses[-2 * n : -n]
     se = jnp.sqrt(jnp.var(last) / n + jnp.var(prev) / max(1, prev.shape[0]))
     trend = jnp.abs(jnp.mean(last) - jnp.mean(prev)) / jnp.maximum(se, 1e-30)
     final = jnp.mean(last)
-    info = {"losses": losses, "final_loss": final, "trend_z": trend, "laplace_ok": lap.ok}
-    stats = {"final_loss": jnp.full((1, settings.num_samples), final)}
+    info = ViInfo(losses=losses, final_loss=final, trend_z=trend, laplace_ok=lap.ok)
+    stats = {"final_loss": jnp.full((1, cfg.num_samples), final)}
     samples = {k: v[None] for k, v in samples.items()}
     return Draws(samples, stats, model.constrain_fn(params["mu"]), info)
 
 
 def diagnose(draws: Draws) -> Diagnosis:
     """ELBO record of one realization: converged when the loss shows no trend."""
-    info = draws.info
-    z = float(info["trend_z"])
+    info: ViInfo = draws.info
+    z = float(info.trend_z)
     converged = bool(np.isfinite(z) and z < MAX_TREND_Z)
     flags = 0
-    if not np.isfinite(info["final_loss"]):
+    if not np.isfinite(info.final_loss):
         flags |= flag("NONFINITE_ELBO")
     if not converged:
         flags |= flag("ELBO_NOT_FLAT")
     diag = {
         "elbo": {
-            "final_loss": float(info["final_loss"]),
+            "final_loss": float(info.final_loss),
             "trend_z": z,
-            "n_steps": int(np.asarray(info["losses"]).shape[0]),
+            "n_steps": int(np.asarray(info.losses).shape[0]),
             "converged": converged,
-            "laplace_init": bool(info["laplace_ok"]),
+            "laplace_init": bool(info.laplace_ok),
         },
         "posterior_std": map_.std_by_site(draws.samples),
-        "map_estimate": dict(draws.mode),
     }
     return Diagnosis(draws.stats, diag, flags)
 
 
 def settings_from(inference) -> ViSettings:
-    map_settings = map_.MapSettings(**inference["map_config"])
-    return ViSettings(**inference["vi_config"], map_settings=map_settings)
+    """``inference.vi_config``, and ``inference.map_config`` for the Laplace start."""
+    return ViSettings(section(inference, "vi", ViConfig), map_.settings_from(inference))
 
 
 def method(inference) -> Method:
