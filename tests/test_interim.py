@@ -8,7 +8,7 @@
   galaxy axis with the interim and population priors beside them; bias-extract fits g per
   realization and writes the population sidecar; bias-stats pools it per grid point; a
   realization run alone gives the same draws and weights as in its batch.
-- Bad input: the interim model with a method other than map is refused (exit 2).
+- Bad input: the interim model with a method that cannot fit it (vi) is refused (exit 2).
 
 The campaign tests compile an interim program (about 1-2 minutes on the shared 2-core
 CPU): they are ``slow`` (``pytest -m slow tests/test_interim.py``).
@@ -182,7 +182,7 @@ def test_a_realization_alone_matches_its_batch(campaign, module_tmp, interim_cfg
 
 
 def test_interim_with_another_method_is_refused(interim_cfg, tmp_path):
-    res = CliRunner().invoke(bias_run, ["--config", interim_cfg, "--method", "nuts",
+    res = CliRunner().invoke(bias_run, ["--config", interim_cfg, "--method", "vi",
                                         "--output-dir", str(tmp_path / "x"), "--dry-run"])  # fmt: skip
     assert res.exit_code == 2, res.output
     assert "shear_model" in res.output and len(res.output.strip().splitlines()) == 1

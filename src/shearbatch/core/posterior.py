@@ -58,6 +58,7 @@ __all__ = [
     "arrow_hessian",
     "arrow_layout",
     "build_posterior",
+    "galaxy_posterior",
     "posterior_of",
 ]
 
@@ -84,6 +85,9 @@ class Posterior(NamedTuple):
     #: potential_fn, the transforms' Jacobian): what Gauss-Newton adds exactly
     prior_mode_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
     prior_potential_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    #: the problem (:class:`shearbatch.spec.Problem`) :func:`build_posterior` built it from;
+    #: None for :func:`posterior_of`'s
+    problem: Any = None
 
     def prior_part(self, objective: Callable) -> Callable | None:
         """The likelihood-free part of ``objective`` (``mode_fn`` or ``potential_fn``)."""
@@ -104,7 +108,23 @@ def build_posterior(problem) -> Posterior:
     return post._replace(
         hessian=arrow_hessian(post.x0, post.sites, im.n_objects),
         layout=arrow_layout(post.x0, post.sites, im.n_objects),
+        problem=problem,
     )
+
+
+def galaxy_posterior(post: Posterior) -> Posterior:
+    """The posterior of ONE galaxy of ``post``'s problem (the same model with one object:
+    6 latents, data (1, H, W)), for a model whose galaxies are independent (no shear
+    latent: the interim model). Its ``potential_fn`` on galaxy j's latents and stamp is
+    galaxy j's term of ``post``'s potential (its stamp's likelihood, its priors, its
+    transforms' Jacobian), so M such lanes sample the M-galaxy posterior galaxy by galaxy
+    (tests/test_interim_nuts.py)."""
+    p = post.problem
+    if p is None:
+        raise ValueError("galaxy_posterior: a posterior from build_posterior is needed")
+    if not all(s.fixed for s in p.shear):
+        raise ValueError("galaxy_posterior: the galaxies share a shear latent (joint model)")
+    return build_posterior(p._replace(image=p.image._replace(n_objects=1)))
 
 
 def _layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):

@@ -39,7 +39,7 @@ class InferenceRules(_Strict):
         if getattr(self, "shear_model", None) == "interim" and not supports_interim(method):
             raise ValueError(
                 f"shear_model: interim needs method {' or '.join(INTERIM)} (its draws carry "
-                f"importance weights), got {method}"
+                f"per-galaxy population weights), got {method}"
             )
         return self
 
@@ -76,7 +76,12 @@ _TAIL: dict[str, Any] = {
         "joint: g is a latent of each realization. interim: no shear in the pixel model; "
         "each galaxy's latents are its observed (sheared) ellipticity, flux, size and "
         "position under a broad interim ellipticity prior, and bias-extract / bias-stats "
-        "infer g from the population (method map only: core.methods.INTERIM)."))),
+        "infer g from the population. Methods (core.methods.INTERIM): nuts (every galaxy "
+        "of every realization its own sampler with nuts_config's warmup, samples, chains, "
+        "tree depth and mass-matrix adaptation; exact draws; per-galaxy R-hat, ESS and "
+        "divergences in convergence.json) or map (MAP + Laplace draws with per-galaxy "
+        "importance weights: the cheap variant, its importance-sampling efficiency "
+        "recorded)."))),
     "interim_e_sigma": (Positive, Field(0.5, description=(
         "[1] shear_model interim: the interim prior on each observed-ellipticity "
         "component, Normal(0, interim_e_sigma) on |e| < 1 (written to posterior.nc)."))),

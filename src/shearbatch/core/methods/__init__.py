@@ -65,9 +65,10 @@ REGISTRY: dict[str, Entry] = {
 }
 
 
-#: methods whose draws carry the interim model's per-galaxy importance weights
-#: (``inference.shear_model: interim``)
-INTERIM = ("map",)
+#: methods that fit the interim model (``inference.shear_model: interim``): their draws
+#: carry per-galaxy population weights (``interim_log_weight``): MAP + Laplace draws with
+#: importance ratios, or NUTS with every galaxy its own sampler (exact draws)
+INTERIM = ("map", "nuts")
 
 
 def supports_interim(name: str) -> bool:

@@ -52,6 +52,9 @@ __all__ = [
     "NutsInfo",
     "NutsSettings",
     "fit",
+    "interim_batch_report",
+    "interim_diagnose",
+    "interim_fit",
     "lockstep_efficiency",
     "method",
     "run_chains",
@@ -309,6 +312,110 @@ def lockstep_efficiency(n_steps) -> float:
     return float(n.sum() / executed) if executed > 0 else 1.0
 
 
+def interim_fit(
+    rng_key: jax.Array, obs: jax.Array, posterior, settings: NutsSettings, e_sigma: float
+) -> Draws:
+    """NUTS on ONE realization of the interim model, galaxy by galaxy.
+
+    Without a shear latent the galaxies are independent, so each is its own sampler:
+    ``chains`` NUTS chains on that galaxy's 6 latents and its stamp
+    (:func:`shearbatch.core.posterior.galaxy_posterior`: its stamp's likelihood and its
+    priors), with its own MAP / Laplace whitening, step size and mass-matrix adaptation
+    (:func:`fit` on one galaxy). The M galaxies are vmapped, and
+    :func:`shearbatch.core.batching.batched` vmaps realizations: B x M x chains
+    independent lanes in one program. Galaxy j's key is ``fold_in(rng_key, j)``, so its
+    draws do not depend on the other galaxies.
+
+    Draws are laid out ``(chain, draw, galaxy)`` as the MAP interim path's; so is every
+    per-draw statistic, and ``interim_log_weight`` = ``-log pi(eps)`` (``pi``:
+    Normal(0, ``e_sigma``) per component, :func:`shearbatch.spec.interim_problem`): the
+    draws are from the exact interim posterior, so the importance ratio
+    ``p(d, x) / q(x)`` of the Laplace path is a per-galaxy constant here and only the
+    interim ellipticity prior is divided out (the ``log_base`` of
+    :func:`shearbatch.core.population.log_weights`).
+    """
+    import numpyro.distributions as dist
+
+    from ..posterior import galaxy_posterior
+
+    with jax.ensure_compile_time_eval():
+        one = galaxy_posterior(posterior)
+    m = obs.shape[0]
+    keys = jax.vmap(lambda j: jax.random.fold_in(rng_key, j))(jnp.arange(m))
+    lanes = jax.vmap(lambda k, d: fit(k, d[None], one, settings))(keys, obs)
+    last = lambda v: jnp.moveaxis(v, 0, -1)  # noqa: E731  (M, C, S) -> (C, S, M)
+    samples = {k: last(v[..., 0]) for k, v in lanes.samples.items()}
+    stats = {k: last(v) for k, v in lanes.stats.items()}
+    pi = dist.Normal(0.0, float(e_sigma))  # spec.interim_problem's prior
+    stats["interim_log_weight"] = -(pi.log_prob(samples["e1"]) + pi.log_prob(samples["e2"]))
+    mode = {k: v[:, 0] for k, v in lanes.mode.items()}
+    return Draws(samples, stats, mode, lanes.info)  # info: (M, ...) per galaxy
+
+
+def interim_diagnose(draws: Draws, settings: NutsSettings) -> Diagnosis:
+    """:func:`diagnose` of an interim realization (every statistic per galaxy), with each
+    galaxy's summary under ``per_galaxy`` (R-hat: max over its latents; bulk and tail ESS
+    of e1 / e2: the smaller; divergences; tree-depth hits) and the realization's under
+    ``galaxies`` (the worst galaxy of each). A galaxy whose transitions all diverged or
+    whose chains never moved fails the realization (``ALL_DIVERGENT`` / ``CHAINS_STUCK``)."""
+    ok = np.asarray(draws.info.map_ok)
+    info = draws.info._replace(map_ok=bool(np.all(ok)))
+    base = diagnose(draws._replace(info=info), settings)
+    d, g = dict(base.diagnostics), base.gates
+    div = np.asarray(draws.stats["diverging"])  # (C, S, M)
+    depth = np.asarray(draws.stats["tree_depth"])
+    m = div.shape[-1]
+
+    def by_galaxy(rec, sites, fn):  # NaN (constant or non-finite draws) propagates
+        return fn(np.asarray([rec[s] for s in sites], float), axis=0)
+
+    sites = sorted(draws.samples)
+    per = {
+        "rhat_max": by_galaxy(g.rhat, sites, np.max),
+        "ess_bulk_e": by_galaxy(g.ess_bulk, ("e1", "e2"), np.min),
+        "ess_tail_e": by_galaxy(g.ess_tail, ("e1", "e2"), np.min),
+        "ess_bulk_min": by_galaxy(g.ess_bulk, sites, np.min),
+        "divergences": div.sum(axis=(0, 1)),
+        "tree_depth_max_hits": np.sum(depth >= settings.sampling_depth, axis=(0, 1)),
+        "map_init_ok": ok,
+    }
+
+    def worst(x, fn):
+        x = np.asarray(x, float)
+        return float(fn(x)) if np.all(np.isfinite(x)) else None  # NaN: a failed galaxy
+
+    d["per_galaxy"] = {k: np.asarray(v).tolist() for k, v in per.items()}
+    d["galaxies"] = {
+        "n": m,
+        "rhat_max": worst(per["rhat_max"], np.max),
+        "ess_bulk_e_min": worst(per["ess_bulk_e"], np.min),
+        "ess_tail_e_min": worst(per["ess_tail_e"], np.min),
+        "with_divergences": int(np.sum(per["divergences"] > 0)),
+        "map_init_failed": int(np.sum(~ok)),
+    }
+    flags = base.flags
+    if np.any(div.all(axis=(0, 1))):
+        flags |= flag("ALL_DIVERGENT")
+    moved = [np.any(np.ptp(np.asarray(v), axis=1) > 0, axis=0) for v in draws.samples.values()]
+    if not np.all(np.any(moved, axis=0)):  # a galaxy none of whose latents moved
+        flags |= flag("CHAINS_STUCK")
+    return Diagnosis(base.sample_stats, d, flags, g)
+
+
+def interim_batch_report(
+    draws: Draws, settings: NutsSettings, lockstep: int | None = None
+) -> dict[str, Any]:
+    """:func:`batch_report` of a batch of interim realizations: every galaxy's chains are
+    lanes of the vectorised loop (B, chain x galaxy lanes per realization)."""
+    n = np.asarray(draws.stats["n_steps"])  # (B, C, S, M)
+    b, c, s, m = n.shape
+    warm = np.asarray(draws.info.warmup_n_steps)  # (B, M, C, W)
+    stats = {"n_steps": np.moveaxis(n, -1, 2).reshape(b, c * m, s),
+             "tree_depth": np.asarray(draws.stats["tree_depth"])}  # fmt: skip
+    info = draws.info._replace(warmup_n_steps=warm.reshape(b, m * c, warm.shape[-1]))
+    return batch_report(Draws(draws.samples, stats, draws.mode, info), settings, lockstep)
+
+
 def settings_from(inference) -> NutsSettings:
     """``inference.nuts_config``, and ``inference.map_config`` (with ``map_init``'s step
     budget) for the MAP start."""
@@ -323,6 +430,14 @@ def settings_from(inference) -> NutsSettings:
 def method(inference) -> Method:
     """Batched independent NUTS, from the plain ``inference`` settings."""
     settings = settings_from(inference)
+    if inference.get("shear_model") == "interim":  # per-galaxy lanes (interim_fit)
+        e_sigma = float(inference.get("interim_e_sigma", 0.5))
+        return Method(
+            "nuts",
+            lambda key, obs, post: interim_fit(key, obs, post, settings, e_sigma),
+            lambda draws: interim_diagnose(draws, settings),
+            lambda draws, lockstep=None: interim_batch_report(draws, settings, lockstep),
+        )
     return Method(
         "nuts",
         lambda key, obs, post: fit(key, obs, post, settings),
