@@ -226,7 +226,8 @@ def test_single_realization_goes_to_its_run_id_directory(module_tmp, quiet_cfg):
             str(out),
         ]
     )
-    assert sorted(os.listdir(out)) == ["campaign.json", "commands.txt", "r0001"]
+    # the campaign root: manifest, commands and the frozen config as run (config.yaml)
+    assert sorted(os.listdir(out)) == ["campaign.json", "commands.txt", "config.yaml", "r0001"]
     assert sorted(os.listdir(out / "r0001")) == ["convergence.json", "posterior.nc", "truth.json"]
     truth = read_json(out / "r0001" / "truth.json")
     assert (truth["g1"], truth["g2"], truth["seed"], truth["run_id"]) == (0.02, -0.01, 42, "r0001")
