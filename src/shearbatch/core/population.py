@@ -114,9 +114,10 @@ def log_jacobian(eps: jax.Array, g: jax.Array) -> jax.Array:
 
 def shape_log_prior(e1_prior: Any, e2_prior: Any) -> LogPrior:
     """``log p_e(e1, e2)`` of a config's intrinsic-shape priors (:class:`shearbatch.spec.Prior`):
-    the product of the two components' densities on their supports, restricted to
-    ``|e| < 1`` as the model restricts it (unnormalised: a constant does not move the
-    maximum)."""
+    the product of the two components' densities, restricted to ``|e| < 1`` as the model
+    restricts it (unnormalised: a constant does not move the maximum). A truncated
+    component is evaluated by its untruncated density, so that every galaxy's ``L_i(g)``
+    is smooth in ``g`` (see ``_shape_log_prior``)."""
     key = tuple((p.kind, tuple(float(a) for a in p.args)) for p in (e1_prior, e2_prior))
     if key not in _PRIORS:  # one function per prior: fit()'s compiled programs are reused
         _PRIORS[key] = _shape_log_prior(e1_prior, e2_prior)
@@ -131,9 +132,17 @@ def _shape_log_prior(e1_prior: Any, e2_prior: Any) -> LogPrior:
 
     dists = [to_distribution(p) for p in (e1_prior, e2_prior)]
 
+    # a truncated prior is evaluated by its untruncated density (its shape inside the
+    # support; a constant does not move the maximum): with the hard edge, a galaxy's
+    # importance estimate of L_i(g) jumps as its draws cross the edge and is 0 where none
+    # is inside, which walls the pooled fit in (measured at Level 2 on a 2-D grid,
+    # docs/results/population_estimator.md); the mass the untruncated density puts beyond
+    # the edge (5e-4 per component at Level 2's 0.9 = 3.5 sigma) is what it changes
+    smooth = [getattr(d, "base_dist", d) for d in dists]
+
     def log_pe(e1: jax.Array, e2: jax.Array) -> jax.Array:
         out = jnp.zeros(jnp.broadcast_shapes(jnp.shape(e1), jnp.shape(e2)), jnp.result_type(e1))
-        for d, x in zip(dists, (e1, e2), strict=True):
+        for d, x in zip(smooth, (e1, e2), strict=True):
             inside = d.support(x)
             out = out + jnp.where(inside, d.log_prob(jnp.where(inside, x, 0.0)), -jnp.inf)
         return jnp.where(e1 * e1 + e2 * e2 < 1.0, out, -jnp.inf)
