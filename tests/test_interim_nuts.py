@@ -66,7 +66,7 @@ def test_a_galaxy_lane_samples_that_galaxys_term_of_the_posterior(module_tmp):
         u = float(one.potential_fn(lanes[j], obs[j : j + 1]))
         assert u == pytest.approx(-float(per[j]), rel=1e-12)
     joint = build_posterior(run_spec(load_config(write_config(
-        module_tmp / "joint.yaml", {"image.n_objects": 4}, base=LEVEL2))).model)  # fmt: skip
+        module_tmp / "joint.yaml", {"image.n_objects": 4, "inference.shear_model": "joint"}, base=LEVEL2))).model)  # fmt: skip
     with pytest.raises(ValueError, match="shear"):
         galaxy_posterior(joint)
 
