@@ -100,8 +100,10 @@ def draw(fig, res: dict) -> None:
     ax[0].legend(fontsize=7)
     ax[1].set_ylim(bottom=0)
     ax[1].set(xlabel="M", ylabel="program MiB / (B M)", title="memory per galaxy-lane")
+    for a in ax:
+        a.grid(alpha=0.3, which="both")
     rows = res["vs_chunk"]
-    if not rows:
+    if not rows:  # no chunk scan asked for (--chunks with no value)
         ax[2].set_visible(False)
         return
     cs = [r["chunk"] for r in rows]
@@ -111,8 +113,6 @@ def draw(fig, res: dict) -> None:
     ax[2].set(xlabel="lanes per chunk", ylim=(0, 1.05),
               title=f"vs chunk (M = {rows[0]['M']}, B = {rows[0]['B']}, {rows[0]['optimizer']})")  # fmt: skip
     ax[2].set_xscale("log", base=2)
-    for a in ax:
-        a.grid(alpha=0.3, which="both")
     ax[2].legend(fontsize=7)
 
 

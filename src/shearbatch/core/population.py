@@ -130,15 +130,13 @@ _PRIORS: dict[tuple, LogPrior] = {}
 def _shape_log_prior(e1_prior: Any, e2_prior: Any) -> LogPrior:
     from .priors import to_distribution
 
-    dists = [to_distribution(p) for p in (e1_prior, e2_prior)]
-
     # a truncated prior is evaluated by its untruncated density (its shape inside the
     # support; a constant does not move the maximum): with the hard edge, a galaxy's
     # importance estimate of L_i(g) jumps as its draws cross the edge and is 0 where none
     # is inside, which walls the pooled fit in (measured at Level 2 on a 2-D grid,
     # docs/results/population_estimator.md); the mass the untruncated density puts beyond
     # the edge (5e-4 per component at Level 2's 0.9 = 3.5 sigma) is what it changes
-    smooth = [getattr(d, "base_dist", d) for d in dists]
+    smooth = [getattr(d, "base_dist", d) for d in map(to_distribution, (e1_prior, e2_prior))]
 
     def log_pe(e1: jax.Array, e2: jax.Array) -> jax.Array:
         out = jnp.zeros(jnp.broadcast_shapes(jnp.shape(e1), jnp.shape(e2)), jnp.result_type(e1))

@@ -133,15 +133,23 @@ def realization_provenance(
     return {"config": dict(config), "campaign": dict(campaign), **env}
 
 
-def read_manifest(root: str | Path) -> dict[str, Any] | None:
-    """The manifest of ``root``, ``None`` when absent; ``ValueError`` when unreadable."""
-    path = Path(root) / MANIFEST
+def _read_text(path: Path) -> str | None:
+    """The text of a campaign-root file, ``None`` when absent; ``ValueError`` (one line)
+    when it exists but cannot be read."""
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
         return None
     except OSError as err:
         raise ValueError(f"{path}: cannot read: {err.strerror}") from None
+
+
+def read_manifest(root: str | Path) -> dict[str, Any] | None:
+    """The manifest of ``root``, ``None`` when absent; ``ValueError`` when unreadable."""
+    path = Path(root) / MANIFEST
+    text = _read_text(path)
+    if text is None:
+        return None
     try:
         doc = json.loads(text)
     except ValueError as err:
@@ -366,12 +374,9 @@ def read_frozen_config(root: str | Path) -> Any:
     import yaml
 
     path = Path(root) / FROZEN_CONFIG
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    text = _read_text(path)
+    if text is None:
         return None
-    except OSError as err:
-        raise ValueError(f"{path}: cannot read: {err.strerror}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
