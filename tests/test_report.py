@@ -143,3 +143,24 @@ def test_sbc_results_are_tabulated(reported):
     sbc = html.split("Simulation-based calibration", 1)[1].split("<h2>", 1)[0]
     assert "χ² p-value" in sbc and f"{res['sbc']['g1']['p_value']:.3g}" in sbc
     assert "inconclusive" in sbc  # 3 seeds < min_seeds
+
+
+def test_report_stamps_from_a_fresh_process(reported, tmp_path):
+    """The report's stamps rendered in a fresh interpreter, where no config was parsed
+    before: the campaign's config is validated against the schema with the registered
+    methods' settings (it once failed there: 'inference.map_config: extra inputs', and
+    make demo's report had no stamps)."""
+    import sys
+
+    tmp, _, _ = reported
+    camp = tmp / "camp"
+    rid = find_realization_dirs(camp)[0].name
+    code = ("import sys, yaml; from pathlib import Path; "
+            "from shearbatch.app.stats import _stamps_png; "
+            "root = Path(sys.argv[1]); cfg = yaml.safe_load((root / 'config.yaml').read_text()); "
+            "_stamps_png(root, [sys.argv[2]], cfg, Path(sys.argv[3]))")  # fmt: skip
+    png = tmp_path / "stamps.png"
+    out = subprocess.run([sys.executable, "-c", code, str(camp), rid, str(png)],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert png.stat().st_size > 5_000

@@ -219,12 +219,12 @@ def _check_key(key: str, raw: str) -> None:
     while it can: a free-form mapping such as ``simulation.gal`` accepts any key)."""
     import difflib
 
-    from ..schema import Config
+    from ..schema import current_config
     from ..schema.config import known_keys
 
     parts = key.split(".")
     for i, part in enumerate(parts):
-        keys = known_keys(Config, parts[:i])
+        keys = known_keys(current_config(), parts[:i])
         if keys is None:
             return
         if part not in keys:

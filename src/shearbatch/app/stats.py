@@ -193,11 +193,11 @@ def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: P
 
     from ..analysis.plots import stamps_figure
     from ..io import POSTERIOR, TRUTH, find_realization_dirs, read_json
-    from ..schema import Config
+    from ..schema import current_config
     from ..spec import run_spec
     from .preview import models_at_estimate
 
-    spec = run_spec(Config.model_validate(cfg))  # validated when run; no dialect warnings
+    spec = run_spec(current_config().model_validate(cfg))  # validated when run; no dialect warnings
     where = {p.name: p for p in find_realization_dirs(root)}
     images, reals, homes = [], [], []
     for rid in run_ids:

@@ -144,9 +144,9 @@ def _config_default(key: str) -> Any:
     """The schema's default of a dotted config key (``campaign.batch_size`` -> 16)."""
     from pydantic import BaseModel
 
-    from ..schema import Config
+    from ..schema import current_config
 
-    model: Any = Config
+    model: Any = current_config()  # the inference section with the registered methods
     *parents, last = key.split(".")
     for part in parents:
         model = type(model.model_fields[part].default)
