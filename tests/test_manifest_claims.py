@@ -59,6 +59,20 @@ def done(module_tmp, cfg):
     return root
 
 
+def test_a_resume_removes_the_temporary_files_of_a_killed_run(done, cfg):
+    """A run killed while writing campaign.json or config.yaml leaves a temporary file;
+    the next run of the campaign removes it, also when the manifest itself is kept."""
+    import socket
+
+    host, dead = socket.gethostname(), 2**22 + 12345  # above Linux's pid_max: never alive
+    left = [done / f".campaign.json.{host}.{dead}.tmp", done / f".config.yaml.{host}.{dead}.tmp"]
+    for f in left:
+        f.write_text("{")
+    res = cli("bias-run", *campaign(cfg, done))
+    assert "already complete: 4" in res.stdout + res.stderr
+    assert not [f for f in left if f.exists()]
+
+
 def test_manifest_records_the_campaign(done, cfg):
     man = json.loads((done / "campaign.json").read_text())
     assert (man["method"], man["precision"], man["batch_size"]) == ("map", "float64", 2)

@@ -305,6 +305,8 @@ def write_manifest(
     }
     root.mkdir(parents=True, exist_ok=True)
     path = root / MANIFEST
+    host = socket.gethostname()
+    _remove_orphans(root, host)  # also when the manifest is kept: a resume after a kill
     if not replace:
         found = check_manifest(root, expect, plan, config)
         if found is not None:
@@ -320,8 +322,6 @@ def write_manifest(
             logger.info("campaign grows from %d to %d realization(s) per grid point: %s "
                         "rewritten with the larger plan", old_n, new_n, path)  # fmt: skip
             replace = True
-    host = socket.gethostname()
-    _remove_orphans(root, host)
     # created with mode 0666 so that the user's umask decides who may read it
     tmp = root / f".{MANIFEST}.{host}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -384,12 +384,14 @@ def read_frozen_config(root: str | Path) -> Any:
 
 
 def _remove_orphans(root: Path, host: str) -> None:
-    """Remove temporary manifests left by killed processes of this host (pid no longer alive)."""
-    for p in root.glob(f".{MANIFEST}.{host}.*.tmp"):
-        try:
-            pid = int(p.name[len(f".{MANIFEST}.{host}.") : -len(".tmp")])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            p.unlink(missing_ok=True)
-        except (ValueError, PermissionError):
-            continue
+    """Remove temporary manifests and frozen configs left by killed processes of this host
+    (pid no longer alive)."""
+    for name in (MANIFEST, FROZEN_CONFIG):
+        for p in root.glob(f".{name}.{host}.*.tmp"):
+            try:
+                pid = int(p.name[len(f".{name}.{host}.") : -len(".tmp")])
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                p.unlink(missing_ok=True)
+            except (ValueError, PermissionError):
+                continue
