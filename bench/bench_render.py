@@ -15,8 +15,9 @@ Hankel table) and ``moffat_trunc`` (the same truncated at 3 FWHM). Compile time 
 
 Then the cost of derivatives per stamp (``cost_per_stamp``), float64, for stamps of
 ``--cost-stamps`` (16, 32, 48) with the ``gaussian`` and ``moffat`` PSFs, at the period
-the noise rule chooses for ``configs/survey_snr30.yaml`` with that stamp and PSF
-(:func:`shearbatch.core.period.choose_fft_size`; ``fft_size_default`` beside it): the
+and alias band the noise rule chooses for ``configs/survey_snr30.yaml`` with that stamp and
+PSF (:func:`shearbatch.core.period.choose_fft_size`, ``choose_alias_band``;
+``fft_size_default`` beside it): the
 forward pass, ``value_and_grad`` of the summed Gaussian loss and a forward-mode Jacobian
 in the 8 parameters (``jacfwd``, what a Gauss-Newton step needs), each in us per stamp
 (a jitted ``vmap`` over ``--cost-batch`` stamps; median process CPU time of ``--repeats``
@@ -115,9 +116,9 @@ def build(mode: str, chunk: int | None, stamp: int, psf: str = "gaussian"):
     return jax.jit(chunked)
 
 
-def chosen_period(stamp: int, psf: str) -> tuple[int, int]:
-    """(period the noise rule picks, renderer default) for configs/survey_snr30.yaml with
-    this stamp and PSF (the bench's PSFs)."""
+def chosen_period(stamp: int, psf: str) -> tuple[int, int, float]:
+    """(period the noise rule picks, renderer default, alias band the noise rule picks) for
+    configs/survey_snr30.yaml with this stamp and PSF (the bench's PSFs)."""
     import yaml
 
     from shearbatch import spec
@@ -136,11 +137,13 @@ def chosen_period(stamp: int, psf: str) -> tuple[int, int]:
         raw["psf"] = {"type": "Gaussian", "sigma": kw["psf_sigma"],
                       "e1": kw.get("psf_e1", 0.0), "e2": kw.get("psf_e2", 0.0)}  # fmt: skip
     problem = spec.problem(parse_config(raw))
-    return problem.image.fft_size, default_fft_size(problem._replace(
-        image=problem.image._replace(fft_size=None)))  # fmt: skip
+    default = default_fft_size(problem._replace(image=problem.image._replace(fft_size=None)))
+    return problem.image.fft_size, default, problem.image.alias_band
 
 
-def cost_per_stamp(stamp: int, psf: str, fft_size: int, batch: int, repeats: int) -> dict:
+def cost_per_stamp(
+    stamp: int, psf: str, fft_size: int, batch: int, repeats: int, alias_band: float = 0.0
+) -> dict:
     """Forward, value_and_grad and jacfwd (8 parameters) per stamp, float64, in us."""
     import jax
     import jax.numpy as jnp
@@ -152,7 +155,7 @@ def cost_per_stamp(stamp: int, psf: str, fft_size: int, batch: int, repeats: int
     def one(x):  # x: the 8 parameters of one stamp
         kw = dict(zip(names, x[:6], strict=True))
         return draw_galaxy(**kw, offset=x[6:8], **PSFS[psf], nx=stamp, ny=stamp, scale=SCALE,
-                           fft_size=fft_size)  # fmt: skip
+                           fft_size=fft_size, alias_band=alias_band)  # fmt: skip
 
     def stacked(p):
         return jnp.concatenate([jnp.stack([p[k] for k in names], axis=1), p["offset"]], axis=1)
@@ -176,7 +179,8 @@ def cost_per_stamp(stamp: int, psf: str, fft_size: int, batch: int, repeats: int
             jax.block_until_ready(fn(*args))
             cpu[mode].append(time.process_time() - t0)
     us = {mode: 1e6 * h.median(v) / batch for mode, v in cpu.items()}
-    return {"stamp": stamp, "psf": psf, "fft_size": fft_size, "batch": batch,
+    return {"stamp": stamp, "psf": psf, "fft_size": fft_size, "alias_band": alias_band,
+            "batch": batch,
             "forward_us": us["forward"], "value_and_grad_us": us["value_and_grad"],
             "jacfwd_us": us["jacfwd"], "ratio_value_and_grad": us["value_and_grad"] / us["forward"],
             "ratio_jacfwd": us["jacfwd"] / us["forward"],
@@ -255,16 +259,17 @@ def main(argv: list[str] | None = None) -> dict:
                     results.append(row)
                     table.row(psf, row["dtype"], mode, batching, row["stamps_per_s"], 1e3 * median)
     cost = []
-    ctable = h.Table([("stamp", "5d"), ("psf", "9s"), ("period", "6d"), ("fwd us", "8.1f"),
+    ctable = h.Table([("stamp", "5d"), ("psf", "9s"), ("period", "6d"), ("band", "5.2f"),
+                      ("fwd us", "8.1f"),
                       ("v+g us", "8.1f"), ("ratio", "6.2f"), ("jacfwd us", "9.1f"),
                       ("ratio", "6.2f")])  # fmt: skip
     for stamp in args.cost_stamps:
         for psf in ("gaussian", "moffat"):
-            n, default = chosen_period(stamp, psf)
-            row = cost_per_stamp(stamp, psf, n, args.cost_batch, args.repeats)
+            n, default, band = chosen_period(stamp, psf)
+            row = cost_per_stamp(stamp, psf, n, args.cost_batch, args.repeats, band)
             row["fft_size_default"] = default
             cost.append(row)
-            ctable.row(stamp, psf, n, row["forward_us"], row["value_and_grad_us"],
+            ctable.row(stamp, psf, n, band, row["forward_us"], row["value_and_grad_us"],
                        row["ratio_value_and_grad"], row["jacfwd_us"], row["ratio_jacfwd"])  # fmt: skip
     report = {
         "benchmark": "render.draw_galaxy, jit(vmap) over a batch",

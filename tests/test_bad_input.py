@@ -73,6 +73,7 @@ CONFIG_CASES = [
     ({"image.noise": {"sigma": 1e-3, "snr": 30}}, "image.noise"),
     ({"image.noise": {"type": "Poisson", "sigma": 1}}, "image.noise.type"),
     ({"image.fft_size": 12}, "image.fft_size"),
+    ({"image.alias_band": 1.0}, "image.alias_band"),
     ({"psf.sigma": "wide"}, "psf.sigma"),
     ({"psf.sigma": 0}, "psf.sigma"),
     ({"gal.flux": False}, "gal.flux"),

@@ -23,17 +23,21 @@ PSFS = {
 X0 = np.array([1.2, 0.4, 0.2, -0.3, 0.03, -0.02, 0.3, -0.2])
 
 
-def _stamp(x, profile, psf):
+def _stamp(x, profile, psf, alias_band=0.0):
     return draw_galaxy(profile=profile, flux=x[0], half_light_radius=x[1], e1=x[2], e2=x[3],
                        g1=x[4], g2=x[5], offset=x[6:8], **psf, nx=16, ny=16, scale=0.263,
-                       fft_size=32)  # fmt: skip
+                       fft_size=32, alias_band=alias_band)  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("profile", "psf"), [("exponential", p) for p in sorted(PSFS)] + [("gaussian", "gaussian")]
+    ("profile", "psf", "band"),
+    [("exponential", p, 0.0) for p in sorted(PSFS)]
+    + [("gaussian", "gaussian", 0.0)]
+    + [("exponential", "moffat", 0.8), ("exponential", "gaussian", 0.8)],
 )
-def test_forward_and_reverse_jacobians_agree(profile, psf):
-    f = jax.jit(lambda x: _stamp(x, profile, PSFS[psf]))
+def test_forward_and_reverse_jacobians_agree(profile, psf, band):
+    """(With an alias band too: the alias terms on part of the grid, embedded.)"""
+    f = jax.jit(lambda x: _stamp(x, profile, PSFS[psf], band))
     fwd = jax.jit(jax.jacfwd(f))(jnp.asarray(X0))
     rev = jax.jit(jax.jacrev(f))(jnp.asarray(X0))
     scale = float(jnp.abs(fwd).max())

@@ -62,6 +62,7 @@ class ImageSpec(NamedTuple):
     scale: float  # arcsec / pixel
     fft_size: int | None
     n_objects: int
+    alias_band: float | None = None  # the renderer's (draw_galaxy); None: not yet chosen
 
 
 class PsfSpec(NamedTuple):
@@ -177,7 +178,9 @@ def problem(cfg: Config) -> Problem:
     """The inference model's view of the config."""
     im = cfg.image
     out = Problem(
-        image=ImageSpec(im.size_x, im.size_y, float(im.pixel_scale), im.fft_size, im.n_objects),
+        image=ImageSpec(
+            im.size_x, im.size_y, float(im.pixel_scale), im.fft_size, im.n_objects, im.alias_band
+        ),
         psf=_psf(cfg),
         profile=cfg.gal.type.lower(),
         fields=_fields(cfg),
@@ -195,13 +198,16 @@ def problem(cfg: Config) -> Problem:
 
 
 def _with_period(p: Problem) -> Problem:
-    """``p`` with ``image.fft_size`` chosen from the pixel noise when the config leaves it
-    null (:func:`shearbatch.core.period.choose_fft_size`)."""
-    if p.image.fft_size is not None:
-        return p
-    from .core.period import choose_fft_size
+    """``p`` with ``image.fft_size`` and then ``image.alias_band`` chosen from the pixel
+    noise where the config leaves them null (:func:`shearbatch.core.period.choose_fft_size`,
+    :func:`~shearbatch.core.period.choose_alias_band`)."""
+    from .core.period import choose_alias_band, choose_fft_size
 
-    return p._replace(image=p.image._replace(fft_size=choose_fft_size(p)))
+    if p.image.fft_size is None:
+        p = p._replace(image=p.image._replace(fft_size=choose_fft_size(p)))
+    if p.image.alias_band is None:
+        p = p._replace(image=p.image._replace(alias_band=choose_alias_band(p)))
+    return p
 
 
 def truth_problem(cfg: Config) -> Problem:
@@ -226,8 +232,9 @@ def truth_problem(cfg: Config) -> Problem:
         profile_args=args,
         renderer=cfg.simulation.renderer,
     )
-    if cfg.image.fft_size is None:  # the truth's own period (its PSF and galaxies may differ)
-        out = _with_period(out._replace(image=out.image._replace(fft_size=None)))
+    # the truth's own period and alias band (its PSF and galaxies may differ)
+    out = _with_period(out._replace(image=out.image._replace(
+        fft_size=cfg.image.fft_size, alias_band=cfg.image.alias_band)))  # fmt: skip
     return out
 
 

@@ -139,9 +139,12 @@ def load_with_flags(kw: RunOptions) -> Any:
     return load_config_data(kw)[0]
 
 
-def plan_identity(camp: Any, *, single: Any = None, fft_size: Any = None) -> dict[str, Any]:
+def plan_identity(
+    camp: Any, *, single: Any = None, fft_size: Any = None, alias_band: Any = None
+) -> dict[str, Any]:
     """What campaign.json's ``plan`` records of a campaign section ``camp``: the design,
-    grids, seeds (``single``: the one realization of ``--g1-true``) and ``fft_size``."""
+    grids, seeds (``single``: the one realization of ``--g1-true``), ``fft_size`` and
+    ``alias_band`` (the renderer's)."""
     grid = single is None and not camp.shear_from_prior
     info = {
         "design": "single" if single is not None else "prior" if camp.shear_from_prior
@@ -157,6 +160,8 @@ def plan_identity(camp: Any, *, single: Any = None, fft_size: Any = None) -> dic
     }  # fmt: skip
     if fft_size is not None:
         info["fft_size"] = fft_size
+    if alias_band is not None:
+        info["alias_band"] = alias_band
     return info
 
 
@@ -297,8 +302,9 @@ def plan_run(kw: RunOptions) -> Plan:
         except ValueError as err:
             raise PlanError(f"--shear-grid/--shear-grid-g2/--g2-true: {err}") from None
     fft = {"model": spec.model.image.fft_size, "truth": spec.truth.image.fft_size}
+    band = {"model": spec.model.image.alias_band, "truth": spec.truth.image.alias_band}
     plan_info = plan_identity(camp, single=plan[0] if kw.g1_true is not None else None,
-                              fft_size=fft)  # fmt: skip
+                              fft_size=fft, alias_band=band)  # fmt: skip
     if not kw.overwrite:  # another campaign in the output root: refuse before anything
         check_campaign(output_dir, expect, plan_info, cfg.model_dump(mode="json"))
     if plan_info["design"] == "grid" and camp.shear_grid_g2 is None:

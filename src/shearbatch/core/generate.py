@@ -79,6 +79,7 @@ def render_stamps(problem, params: dict[str, jax.Array], g: jax.Array) -> jax.Ar
         ny=im.ny,
         scale=im.scale,
         fft_size=im.fft_size,
+        alias_band=im.alias_band or 0.0,
     )
 
     def one(flux, hlr, e1, e2, dx, dy):

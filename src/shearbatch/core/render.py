@@ -41,7 +41,8 @@ of :math:`N s` samples it at :math:`\Delta k = 2\pi/(N s)`:
           \tilde P\big(\mathbf{k} + 2\pi\mathbf{n}/s\big)\Big][j].
 
 Per axis we keep the alias ``n = 0`` and the nearest one (``k - 2pi/s sign k``),
-four terms in 2-D. The terms dropped sit at :math:`|k| \ge 2\pi/s`, where the
+four terms in 2-D (the nearest alias, at :math:`|u| \ge \pi`, only on the band of
+frequencies near Nyquist that a campaign's noise asks for: ``alias_band``, below). The terms dropped sit at :math:`|k| \ge 2\pi/s`, where the
 pixel response vanishes and the PSF factor is below :math:`\sim 10^{-4}` for
 :math:`\sigma_\mathrm{psf} \ge 2s/3` (e.g. 0.2" at 0.3"/px); their effect is
 below :math:`10^{-7}` of the peak there and far smaller for larger PSFs.
@@ -56,7 +57,15 @@ stamp plus the radius where the PSF falls below :math:`10^{-7}` of its centre
 (its truncation radius if smaller), e.g. 128 instead of 96 for a 48x48 stamp
 at 0.263"/px with beta 2.5 and FWHM 0.82". (A campaign whose config leaves
 ``image.fft_size`` null renders at a smaller period chosen from its pixel noise,
-:mod:`shearbatch.core.period`; this default is the ceiling.) The inverse DFT is a complex FFT
+:mod:`shearbatch.core.period`; this default is the ceiling.) **Alias band.** The
+nearest alias of frequency :math:`u` sits at :math:`2\pi - |u|`, where the PSF and pixel
+responses have fallen by orders of magnitude unless :math:`|u|` is near Nyquist; with
+``alias_band = b`` each axis' alias term is evaluated only on the rows (kx) or columns
+(ky) with :math:`|u| \ge b\pi`, a sub-grid embedded (zero-padded) into the spectrum. A
+config that leaves ``image.alias_band`` null gets the largest band whose left-out terms
+stay below 1e-4 of its pixel noise (:func:`shearbatch.core.period.choose_alias_band`):
+Level 2 0.75, the other shipped configs 0.85-0.9, which makes the gradient 1.4x cheaper
+at Level 2 (docs/benchmarks.md). The inverse DFT is a complex FFT
 along :math:`k_y`, keeping the ``ny`` stamp rows, then a small real matrix
 product along :math:`k_x` for the ``nx`` stamp columns (what ``irfft2`` and a
 crop give, at about half the cost). Against GalSim with converged settings the
@@ -115,7 +124,7 @@ from .psf import (
     moffat_table,
 )
 
-__all__ = ["HLR_TO_R0_EXP", "draw_galaxy"]
+__all__ = ["HLR_TO_R0_EXP", "alias_k0", "draw_galaxy"]
 
 #: Half-light radius over scale radius of the exponential profile, hlr = 1.678... r0.
 HLR_TO_R0_EXP = 1.6783469900166608
@@ -185,6 +194,38 @@ def _x_synthesis(fft_size: int, nx: int) -> np.ndarray:
         weight[-1] = 1.0
     x = np.arange(nx)[None, :]
     return np.concatenate([weight * np.cos(ux * x), -weight * np.sin(ux * x)]) / fft_size
+
+
+def alias_k0(n: int, band: float) -> int:
+    """The smallest DFT index ``|k|`` at which :func:`draw_galaxy` evaluates an axis' nearest
+    alias for ``alias_band = band`` at period ``n``: ``ceil(band n / 2)``."""
+    band = float(band)
+    if not 0.0 <= band < 1.0:
+        raise ValueError(f"alias_band must be in [0, 1), got {band}")
+    return math.ceil(band * (n // 2) - 1e-9)
+
+
+def _alias_slices(n: int, band: float):
+    """Row and column slices of the alias grids and the embedding of a term's sub-grid into
+    the full ``(N//2+1, N)`` grid, for :func:`draw_galaxy`'s ``alias_band``: term ``(i, j)``
+    (``i``: the y alias, ``j``: the x alias) covers rows ``rows[j]`` (``kx >= k0``) and
+    columns ``cols[i]`` (``|ky| >= k0``, contiguous around N/2 in ``fftfreq`` order), with
+    ``k0 = ceil(alias_band N / 2)``; the frequency term (0, 0) covers the whole grid."""
+    k0 = alias_k0(n, band)
+    if k0 <= 0:
+        whole = slice(None)
+        return (whole, whole), (whole, whole), lambda x, i, j: x
+    rows = (slice(None), slice(k0, None))
+    cols = (slice(None), slice(k0, n - k0 + 1))
+
+    def embed(x, i, j):
+        if i == 0 and j == 0:
+            return x
+        top = k0 if j == 1 else 0
+        left, right = (k0, k0 - 1) if i == 1 else (0, 0)
+        return jnp.pad(x, ((top, 0), (left, right)))
+
+    return rows, cols, embed
 
 
 def _is_zero(x) -> bool:
@@ -275,6 +316,7 @@ def draw_galaxy(
     ny: int,
     scale: float,
     fft_size: int | None = None,
+    alias_band: float = 0.0,
 ) -> jax.Array:
     r"""Draw a sheared galaxy convolved with a (sheared) Gaussian or Moffat PSF and the pixel.
 
@@ -322,6 +364,13 @@ def draw_galaxy(
         Real-space period :math:`N` of the FFT grid in pixels (>= the stamp).
         Default: the smallest :math:`2^a` or :math:`3\cdot 2^a` >= twice the
         larger stamp side. The image is periodic in ``offset`` with period N.
+    alias_band : float, static
+        Evaluate each axis' nearest alias only where that axis' DFT frequency is at
+        least ``alias_band`` x the Nyquist frequency (``0 <= alias_band < 1``; 0, the
+        default: everywhere). The alias term at frequency :math:`u` sits at
+        :math:`|u - 2\pi\,\mathrm{sign}\,u| = 2\pi - |u|`, where the PSF and pixel
+        have fallen furthest for small :math:`|u|`; how far a campaign may drop it is set
+        by its noise (:func:`shearbatch.core.period.choose_alias_band`).
 
     Returns
     -------
@@ -332,9 +381,10 @@ def draw_galaxy(
 
     Notes
     -----
-    Works under ``jax.jit`` (static: ``profile, nx, ny, scale, fft_size``),
+    Works under ``jax.jit`` (static: ``profile, nx, ny, scale, fft_size, alias_band``),
     ``jax.vmap`` over the numeric arguments and ``jax.grad``. Cost per stamp:
-    :math:`4 N (N/2+1)` profile evaluations, :math:`N/2+1` complex FFTs of
+    :math:`4 N (N/2+1)` profile evaluations (with ``alias_band`` b about
+    :math:`N (N/2+1) (1 + 3 (1-b))`), :math:`N/2+1` complex FFTs of
     length :math:`N` and a :math:`(n_y, N+2) \times (N+2, n_x)` matrix product.
     Large vmapped batches run faster in chunks of ~64 stamps (``jax.lax.map``
     with ``batch_size``), which keep the intermediates in cache.
@@ -352,6 +402,7 @@ def draw_galaxy(
         n = _default_fft_size(nx, ny)
     if n < max(nx, ny):
         raise ValueError(f"fft_size={n} is smaller than the stamp ({ny}, {nx})")
+    rows, cols, embed = _alias_slices(n, alias_band)
     round_psf = _is_zero(psf_e1) and _is_zero(psf_e2)
 
     dx, dy = offset[0], offset[1]
@@ -437,7 +488,8 @@ def draw_galaxy(
         """The non-separable PSF factor (and its slope in q) on the four alias grids."""
         uy, _, ux, _ = axes()
         return tuple(tuple(
-            psf_ft(jnp.square(pa * ux[j] + pb * uy[i]) + jnp.square(pb * ux[j] + pc * uy[i]),
+            psf_ft(jnp.square(pa * ux[j][rows[j]] + pb * uy[i][:, cols[i]])
+                   + jnp.square(pb * ux[j][rows[j]] + pc * uy[i][:, cols[i]]),
                    slope=slope) for j in range(2)) for i in range(2))  # fmt: skip
 
     fixed_grids = None
@@ -457,11 +509,12 @@ def draw_galaxy(
         out = 0.0
         for i in range(2):
             for j in range(2):
-                q = jnp.square(a * ux[j] + c * uy[i]) + jnp.square(b * ux[j] + d * uy[i])
+                uxj, uyi = ux[j][rows[j]], uy[i][:, cols[i]]
+                q = jnp.square(a * uxj + c * uyi) + jnp.square(b * uxj + d * uyi)
                 ft = profile_ft(q)[0]
                 if not separable:
                     ft = ft * psf_grids[i][j][0]
-                out = out + ft * (px[j] * py[i])
+                out = out + embed(ft * (px[j][rows[j]] * py[i][:, cols[i]]), i, j)
         return out
 
     def spectrum_jvp(primals, tangents):
@@ -493,33 +546,38 @@ def draw_galaxy(
 
         for i in range(2):
             for j in range(2):
-                w = px[j] * py[i]
-                q = jnp.square(a * ux[j] + c * uy[i]) + jnp.square(b * ux[j] + d * uy[i])
+                uxj, uyi = ux[j][rows[j]], uy[i][:, cols[i]]
+
+                def put(key, value, i=i, j=j):
+                    add(key, embed(value, i, j))
+
+                w = px[j][rows[j]] * py[i][:, cols[i]]
+                q = jnp.square(a * uxj + c * uyi) + jnp.square(b * uxj + d * uyi)
                 f, fq = profile_ft(q)
                 if separable:
                     p, pq_d = 1.0, 0.0
                 else:
                     p, pq_d = psf_grids[i][j]
                 fw = f * p * w
-                unit = unit + fw
+                unit = unit + embed(fw, i, j)
                 if want_q:
                     gw = fq * p * w
-                    add("q11", gw * jnp.square(ux[j]))
-                    add("q12", gw * (2.0 * ux[j] * uy[i]))
-                    add("q22", gw * jnp.square(uy[i]))
+                    put("q11", gw * jnp.square(uxj))
+                    put("q12", gw * (2.0 * uxj * uyi))
+                    put("q22", gw * jnp.square(uyi))
                 if want_p:
                     hw = f * pq_d * w
-                    add("p11", hw * jnp.square(ux[j]))
-                    add("p12", hw * (2.0 * ux[j] * uy[i]))
-                    add("p22", hw * jnp.square(uy[i]))
+                    put("p11", hw * jnp.square(uxj))
+                    put("p12", hw * (2.0 * uxj * uyi))
+                    put("p22", hw * jnp.square(uyi))
                 if want_w:  # d/dpsf of exp(-min(psf u^2, 40)) per axis
-                    ux2 = jnp.where(psf * ux[j] * ux[j] < 40.0, ux[j] * ux[j], 0.0)
-                    uy2 = jnp.where(psf * uy[i] * uy[i] < 40.0, uy[i] * uy[i], 0.0)
-                    add("w", -fw * (ux2 + uy2))
+                    ux2 = jnp.where(psf * uxj * uxj < 40.0, uxj * uxj, 0.0)
+                    uy2 = jnp.where(psf * uyi * uyi < 40.0, uyi * uyi, 0.0)
+                    put("w", -fw * (ux2 + uy2))
                 if dcx is not None:
-                    add("cx", fw * ux[j])
+                    put("cx", fw * uxj)
                 if dcy is not None:
-                    add("cy", fw * uy[i])
+                    put("cy", fw * uyi)
         primal = flux * unit
         if want_q:  # Q = [[a^2 + b^2, a c + b d], [a c + b d, c^2 + d^2]]
             z = jnp.zeros_like(a)

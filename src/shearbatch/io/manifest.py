@@ -92,6 +92,7 @@ PLAN_DEFINING = {
     "rotations": "--rotations / campaign.rotations",
     "rotation_noise": "campaign.rotation_noise",
     "fft_size": "image.fft_size (the renderer's period)",
+    "alias_band": "image.alias_band (the renderer's alias band)",
 }
 _PACKAGES = ("shearbatch", "jax", "jaxlib", "numpyro", "arviz")
 
@@ -183,7 +184,7 @@ def _defining_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
     (``--g1-true``) only its design (single realizations of one config share a root)."""
     out = {k: v for k, v in plan.items() if k in PLAN_DEFINING}
     if out.get("design") == "single":
-        return {k: v for k, v in out.items() if k in ("design", "fft_size")}
+        return {k: v for k, v in out.items() if k in ("design", "fft_size", "alias_band")}
     if out.get("shear_grid_g2") is not None or out.get("design") == "prior":
         out.pop("g2", None)
     if out.get("rotations") in (None, 1):

@@ -116,8 +116,17 @@ class Image(_Strict):
     """[count] Galaxies per stamp, each with its own latents and one shared shear."""
     fft_size: int | None = None
     """[pixels] FFT period of the renderer, a power of 2 >= the stamp. null: chosen from the pixel noise, the smallest 2^a or 3 x 2^a >= the stamp at which 99% of the galaxies the priors draw render within 1e-3 sigma_noise of every pixel at a period twice as large, at most the generous default (2 x the stamp rounded up, more for a Moffat's wings); the period used is recorded in campaign.json and convergence.json (plan fft_size). Example: 32"""
+    alias_band: float | None = None
+    """[fraction of the Nyquist frequency, in [0, 1)] The renderer evaluates each axis' nearest pixel alias only where that axis' frequency is at least this fraction of Nyquist (the alias of a lower frequency lies where the PSF and pixel have fallen furthest). null: chosen from the pixel noise, the largest of 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5 at which 99% of the galaxies the priors draw render within 1e-4 sigma_noise of every pixel of their image with every alias (0 when none does); 0: every alias. The band used is recorded in campaign.json (plan alias_band). Example: 0"""
     noise: Noise
     """Pixel noise (section image.noise)."""
+
+    @field_validator("alias_band")
+    @classmethod
+    def _band(cls, v: float | None) -> float | None:
+        if v is not None and not 0.0 <= v < 1.0:
+            raise ValueError("must be in [0, 1)")
+        return v
 
     @field_validator("fft_size")
     @classmethod
@@ -667,7 +676,16 @@ def read_config_data(path: str | Path) -> Any:
     return raw
 
 
+#: Keys added after configs were hashed: left at their default (null) they are not hashed,
+#: so a campaign started before a key existed keeps its hash (and resumes).
+_HASH_NEUTRAL = (("image", "alias_band"),)
+
+
 def config_hash(cfg: Config) -> str:
     """Stable short hash of the validated configuration (without ``campaign``)."""
-    blob = json.dumps(cfg.model_dump(mode="json", exclude={"campaign"}), sort_keys=True)
+    data = cfg.model_dump(mode="json", exclude={"campaign"})
+    for section, key in _HASH_NEUTRAL:  # added later: at its default, not in the hash
+        if data.get(section, {}).get(key, 0) is None:
+            del data[section][key]
+    blob = json.dumps(data, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
