@@ -214,16 +214,14 @@ def _alias_slices(n: int, band: float):
     k0 = alias_k0(n, band)
     if k0 <= 0:
         whole = slice(None)
-        return (whole, whole), (whole, whole), lambda x, i, j: x
+        return (whole, whole), (whole, whole), lambda full, x, i, j: full + x
     rows = (slice(None), slice(k0, None))
     cols = (slice(None), slice(k0, n - k0 + 1))
 
-    def embed(x, i, j):
+    def embed(full, x, i, j):
         if i == 0 and j == 0:
-            return x
-        top = k0 if j == 1 else 0
-        left, right = (k0, k0 - 1) if i == 1 else (0, 0)
-        return jnp.pad(x, ((top, 0), (left, right)))
+            return full + x
+        return full.at[rows[j], cols[i]].add(x)
 
     return rows, cols, embed
 
@@ -514,7 +512,7 @@ def draw_galaxy(
                 ft = profile_ft(q)[0]
                 if not separable:
                     ft = ft * psf_grids[i][j][0]
-                out = out + embed(ft * (px[j][rows[j]] * py[i][:, cols[i]]), i, j)
+                out = embed(out, ft * (px[j][rows[j]] * py[i][:, cols[i]]), i, j)
         return out
 
     def spectrum_jvp(primals, tangents):
@@ -549,7 +547,7 @@ def draw_galaxy(
                 uxj, uyi = ux[j][rows[j]], uy[i][:, cols[i]]
 
                 def put(key, value, i=i, j=j):
-                    add(key, embed(value, i, j))
+                    acc[key] = embed(acc[key], value, i, j) if key in acc else value
 
                 w = px[j][rows[j]] * py[i][:, cols[i]]
                 q = jnp.square(a * uxj + c * uyi) + jnp.square(b * uxj + d * uyi)
@@ -559,7 +557,7 @@ def draw_galaxy(
                 else:
                     p, pq_d = psf_grids[i][j]
                 fw = f * p * w
-                unit = unit + embed(fw, i, j)
+                unit = embed(unit, fw, i, j)
                 if want_q:
                     gw = fq * p * w
                     put("q11", gw * jnp.square(uxj))
