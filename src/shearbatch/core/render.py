@@ -61,10 +61,10 @@ at 0.263"/px with beta 2.5 and FWHM 0.82". (A campaign whose config leaves
 nearest alias of frequency :math:`u` sits at :math:`2\pi - |u|`, where the PSF and pixel
 responses have fallen by orders of magnitude unless :math:`|u|` is near Nyquist; with
 ``alias_band = b`` each axis' alias term is evaluated only on the rows (kx) or columns
-(ky) with :math:`|u| \ge b\pi`, a sub-grid embedded (zero-padded) into the spectrum. A
+(ky) with :math:`|u| \ge b\pi`, a sub-grid added into its block of the spectrum. A
 config that leaves ``image.alias_band`` null gets the largest band whose left-out terms
 stay below 1e-4 of its pixel noise (:func:`shearbatch.core.period.choose_alias_band`):
-Level 2 0.75, the other shipped configs 0.85-0.9, which makes the gradient 1.4x cheaper
+Level 2 0.75, the other shipped configs 0.85-0.9, which makes the gradient 1.35x cheaper
 at Level 2 (docs/benchmarks.md). The inverse DFT is a complex FFT
 along :math:`k_y`, keeping the ``ny`` stamp rows, then a small real matrix
 product along :math:`k_x` for the ``nx`` stamp columns (what ``irfft2`` and a
@@ -206,7 +206,7 @@ def alias_k0(n: int, band: float) -> int:
 
 
 def _alias_slices(n: int, band: float):
-    """Row and column slices of the alias grids and the embedding of a term's sub-grid into
+    """Row and column slices of the alias grids and how a term's sub-grid is added into
     the full ``(N//2+1, N)`` grid, for :func:`draw_galaxy`'s ``alias_band``: term ``(i, j)``
     (``i``: the y alias, ``j``: the x alias) covers rows ``rows[j]`` (``kx >= k0``) and
     columns ``cols[i]`` (``|ky| >= k0``, contiguous around N/2 in ``fftfreq`` order), with
