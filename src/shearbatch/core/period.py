@@ -396,6 +396,22 @@ def _draws(problem, n_draws: int) -> dict[str, np.ndarray]:
     return {k: _sample(p, rng, n_draws) for k, p in zip(_FIELDS, problem.fields, strict=True)}
 
 
+def _top_draws(gal: dict[str, np.ndarray], score: np.ndarray):
+    """The ``_N_RENDER`` draws of ``gal`` with the highest ``score`` (the ones rendered; the
+    others count as below the tolerance), unique rows (fixed fields: one galaxy), and how
+    many draws each stands for."""
+    top = np.argsort(score)[::-1][:_N_RENDER]
+    rows = np.stack([gal[k][top] for k in _FIELDS], axis=1)
+    rows, counts = np.unique(rows, axis=0, return_counts=True)
+    return dict(zip(_FIELDS, rows.T, strict=True)), counts
+
+
+def _all_but_1pct_below(err: np.ndarray, counts: np.ndarray, limit: float) -> bool:
+    """At most 1% (20) of the ``_N_DRAWS`` draws have an error at or above ``limit``."""
+    k = int(_TAIL_P * _N_DRAWS)
+    return bool(np.sort(np.repeat(err, counts))[::-1][k] < limit)
+
+
 def _proxy(problem, gal: dict[str, np.ndarray], g: float, dist_px: float) -> np.ndarray:
     """Cheap ranking of the draws by wrap-around: the round galaxy majorant (major-axis
     scale) and the PSF at ``dist_px``, times the flux."""
@@ -430,13 +446,10 @@ def noise_fft_size(problem, default: int, tol: float = TOLERANCE) -> int:
         n_ref *= 2
     gal = _draws(problem, _N_DRAWS)
     g = _g_max(problem.shear)
-    top = np.argsort(_proxy(problem, gal, g, max(im.nx, im.ny)))[::-1][:_N_RENDER]
-    rows = np.stack([gal[k][top] for k in _FIELDS], axis=1)
-    rows, counts = np.unique(rows, axis=0, return_counts=True)  # fixed fields: one galaxy
-    errors = wrap_errors(problem, dict(zip(_FIELDS, rows.T, strict=True)), (g, 0.0), sizes, n_ref)
-    k = int(_TAIL_P * _N_DRAWS)  # draws allowed above: 20 of 2,000
+    part, counts = _top_draws(gal, _proxy(problem, gal, g, max(im.nx, im.ny)))
+    errors = wrap_errors(problem, part, (g, 0.0), sizes, n_ref)
     for n, err in zip(sizes, errors, strict=True):
-        if np.sort(np.repeat(err, counts))[::-1][k] < tol * problem.noise_sigma:
+        if _all_but_1pct_below(err, counts, tol * problem.noise_sigma):
             return n
     return default
 
@@ -491,15 +504,11 @@ def noise_alias_band(problem, tol: float = ALIAS_TOLERANCE) -> float:
     if problem.profile not in ("exponential", "gaussian") or problem.image.fft_size is None:
         return 0.0
     gal = _draws(problem, _N_DRAWS)
-    top = np.argsort(_alias_proxy(problem, gal))[::-1][:_N_RENDER]
-    rows = np.stack([gal[k][top] for k in _FIELDS], axis=1)
-    rows, counts = np.unique(rows, axis=0, return_counts=True)  # fixed fields: one galaxy
-    part = dict(zip(_FIELDS, rows.T, strict=True))
+    part, counts = _top_draws(gal, _alias_proxy(problem, gal))
     g = (_g_max(problem.shear), 0.0)
-    k = int(_TAIL_P * _N_DRAWS)
     for band in ALIAS_BANDS:  # the cheapest first; the error only shrinks down the list
         err = alias_errors(problem, part, g, problem.image.fft_size, [band])[0]
-        if np.sort(np.repeat(err, counts))[::-1][k] < tol * problem.noise_sigma:
+        if _all_but_1pct_below(err, counts, tol * problem.noise_sigma):
             return band
     return 0.0
 

@@ -539,9 +539,6 @@ def draw_galaxy(
         unit = 0.0
         acc: dict[str, jax.Array] = {}
 
-        def add(key, value):
-            acc[key] = value if key not in acc else acc[key] + value
-
         for i in range(2):
             for j in range(2):
                 uxj, uyi = ux[j][rows[j]], uy[i][:, cols[i]]
