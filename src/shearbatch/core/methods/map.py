@@ -393,6 +393,13 @@ def fit(
     )
 
 
+#: Laplace draws whose per-galaxy log densities the interim model's importance weights
+#: evaluate together (``lax.map`` in chunks of this many draws): all 1,000 at once held
+#: 1,000 x M rendered stamps per lane (0.5 GiB per realization of 32 galaxies); in chunks
+#: the program's memory per lane is within a small factor of the joint model's
+DRAW_CHUNK = 50
+
+
 def galaxy_log_target(posterior, x: jax.Array, obs: jax.Array) -> jax.Array:
     """Per-galaxy ``log p(d_j, theta_j) + log |dT/dx|_j`` (M,) of a model whose galaxies are
     independent (the interim model: no shear site), at ONE unconstrained point ``x``.
@@ -456,7 +463,10 @@ def interim_fit(
     zl = z[:, layout.local]  # (K, M, k): galaxy j's whitened coordinates
     log_diag = jnp.log(jnp.diagonal(lap.factor.chol_a, axis1=-2, axis2=-1))  # (M, k)
     log_q = -0.5 * jnp.sum(zl * zl, axis=-1) + jnp.sum(log_diag, axis=-1)[None, :]
-    log_p = jax.vmap(lambda x: galaxy_log_target(posterior, x, obs))(xs)  # (K, M)
+    # (K, M), DRAW_CHUNK draws rendered at a time: the program's memory per lane holds one
+    # chunk's stamps, not all K draws' (bench/bench_memory.py)
+    log_p = jax.lax.map(lambda x: galaxy_log_target(posterior, x, obs), xs,
+                        batch_size=min(DRAW_CHUNK, xs.shape[0]))  # fmt: skip
     log_r = jnp.where(jnp.isnan(log_p), -jnp.inf, log_p) - log_q
     samples = jax.vmap(posterior.constrain_fn)(xs)
     pi = dist.Normal(0.0, float(e_sigma))  # spec.interim_problem's prior
