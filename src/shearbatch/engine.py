@@ -39,6 +39,15 @@ from .core.checks import chi2_fn, misfit
 from .core.convergence import Convergence
 from .core.generate import FIELDS, SimBatch
 from .core.generators import simulate
+from .core.memory import (
+    Budget,
+    ProgramMemory,
+    fmt_bytes,
+    lanes_that_fit,
+    lanes_that_fit_line,
+    memory_budget,
+    program_memory,
+)
 from .core.methods import get as get_method
 from .core.model import SHEAR_SITES
 from .core.posterior import build_posterior
@@ -48,12 +57,16 @@ from .io.writer import describe_write_error
 from .spec import RunSpec
 
 __all__ = [
+    "AUTO_MAX_LANES",
+    "BatchTooLarge",
     "CampaignReport",
+    "Lanes",
     "Program",
     "batch_inputs",
     "build_program",
     "inference_program",
     "lane_chunk_for",
+    "plan_lanes",
     "records",
     "run_campaign",
 ]
@@ -78,10 +91,25 @@ def inference_program(
 ) -> tuple[Any, Callable[[jax.Array, jax.Array], Any]]:
     """``(method, program)``: the batched ``program(keys, obs) -> Draws`` of ``spec``'s
     method (lanes split over ``mesh``'s devices when given, evaluated ``chunk`` lanes at
-    a time when given: :func:`shearbatch.core.batching.batched`)."""
+    a time when given: :func:`shearbatch.core.batching.batched`).
+
+    Where an entry point set a store of exported programs (``runtime.configure``), a
+    one-device program is an :class:`~shearbatch.exported.Exportable`: exported on its
+    first call and written there, or loaded from there by a later process of the campaign
+    without tracing it (:mod:`shearbatch.exported`)."""
+    from . import exported
+
     method = get_method(spec.method, spec.inference)
-    post = build_posterior(spec.model)
-    return method, batched(lambda key, obs: method.fit(key, obs, post), mesh, chunk)
+
+    def build() -> Callable[[jax.Array, jax.Array], Any]:
+        post = build_posterior(spec.model)
+        return batched(lambda key, obs: method.fit(key, obs, post), mesh, chunk)
+
+    if mesh is not None or exported.store() is None:  # shard_map: traced by every process
+        return method, build()
+    what = {"program": "inference", "model": spec.model, "method": spec.method,
+            "inference": spec.inference, "chunk": chunk, "fit": exported.code_of(method.fit)}  # fmt: skip
+    return method, exported.exportable(build, what, "inference program")
 
 
 def lane_chunk_for(lane_chunk: int | str | None, spec: RunSpec) -> int | None:
@@ -152,6 +180,150 @@ def build_program(
     return Program(method, program, sim, keys)
 
 
+class BatchTooLarge(ValueError):
+    """Not even the smallest batch fits the memory budget: one line naming the flag."""
+
+
+#: ``--batch-size auto`` never plans more lanes than this (a batch this wide already keeps
+#: a GPU busy; wider ones only delay the first written realization)
+AUTO_MAX_LANES = 4096
+
+
+class Lanes(NamedTuple):
+    """How a campaign's batches run on the device (:func:`plan_lanes`)."""
+
+    #: realizations per batch (simulated, inferred and written together)
+    batch: int
+    #: lanes of the compiled program; < ``batch`` when a batch runs in lane chunks
+    width: int
+    #: the compiled program (AOT) of ``width`` lanes, or None (called through jit)
+    compiled: Any
+    #: XLA's memory analysis of ``compiled`` (None where the backend gives none)
+    memory: ProgramMemory | None
+    #: the budget it was checked against
+    budget: Budget | None
+    #: one line: what was chosen and why
+    why: str
+
+    def run(self, program: Callable[..., Any], keys: jax.Array, images: jax.Array) -> Any:
+        """The batch's draws on the host: one call of the program, or one per lane chunk
+        of ``width`` (each chunk's outputs copied to the host as it ends)."""
+        fn = self.compiled if self.compiled is not None else program
+        n, w = keys.shape[0], self.width
+        if w >= n:
+            return jax.tree.map(np.asarray, fn(keys, images))
+        parts = []
+        for i in range(0, n, w):
+            k, im = keys[i : i + w], images[i : i + w]
+            if short := w - k.shape[0]:  # the last chunk, padded with its last lane
+                k, im = (jnp.concatenate([a, jnp.repeat(a[-1:], short, axis=0)]) for a in (k, im))
+            out = jax.tree.map(np.asarray, fn(k, im))
+            parts.append(jax.tree.map(lambda a, m=w - short: a[:m], out))
+        return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts)
+
+
+def _aot(program: Any, spec: RunSpec, lanes: int) -> tuple[Any, ProgramMemory | None]:
+    """``program`` compiled ahead of time for ``lanes`` lanes of ``spec``'s stamps (the
+    compile its first call would do; the persistent cache serves it the same way) and
+    XLA's memory analysis of it; ``(None, None)`` where the program cannot be lowered."""
+    if not hasattr(program, "lower"):
+        return None, None
+    im = spec.model.image
+    keys = jax.ShapeDtypeStruct((lanes, 2), jnp.uint32)
+    obs = jax.ShapeDtypeStruct((lanes, im.n_objects, im.ny, im.nx), jnp.result_type(float))
+    compiled = program.lower(keys, obs).compile()
+    return compiled, program_memory(compiled, lanes)
+
+
+def plan_lanes(
+    spec: RunSpec,
+    program: Any,
+    batch_size: int | str,
+    n_todo: int,
+    *,
+    budget: int | str | None = None,
+    multiple: int = 1,
+) -> Lanes:
+    """The one lane decision of a campaign, made before its first batch runs.
+
+    ``batch_size`` ``"auto"``: the program is compiled at ``multiple`` lanes (at least 8),
+    XLA's memory analysis gives an upper bound per lane, and the batch is the most lanes
+    that fit the budget (:func:`shearbatch.core.memory.memory_budget`), at most the
+    realizations to run and :data:`AUTO_MAX_LANES`; that program is compiled and checked.
+    A number: the program is compiled at that many lanes (the compile its first call
+    would do) and checked; one that does not fit runs in lane chunks of the most lanes
+    that do (every lane's result is its own whatever its companions: the fixed-lanes
+    guarantee of :mod:`shearbatch.core.batching`), and one of which not even ``multiple``
+    lanes fit raises :class:`BatchTooLarge`. Where the backend gives no memory analysis
+    (or the program cannot be compiled ahead, e.g. over several devices), a number is
+    used as it is and ``auto`` falls back to the realizations to run, at most 16.
+    """
+    auto = batch_size == "auto"
+    bud = memory_budget(budget)
+    if auto:
+        probe = max(8, multiple)
+        compiled, mem = _aot(program, spec, probe)
+        if mem is None:
+            b = max(multiple, min(16, n_todo))
+            return Lanes(
+                b,
+                b,
+                None,
+                None,
+                bud,
+                f"batch size auto: {b} lanes (this backend "
+                "reports no program memory: the realizations to run, at most 16)",
+            )
+        fit = lanes_that_fit(mem, bud, multiple)
+        if fit < multiple:
+            raise BatchTooLarge(_too_large("--batch-size auto", mem, bud, multiple))
+        want = -(-max(1, n_todo) // multiple) * multiple
+        b = min(fit, want, AUTO_MAX_LANES)
+        cap = ("the realizations to run" if b == want and b < fit else
+               f"the cap of {AUTO_MAX_LANES}" if b == AUTO_MAX_LANES and b < fit else
+               "the memory budget")  # fmt: skip
+        if b != probe:
+            compiled, mem2 = _aot(program, spec, b)
+            mem = mem2 or mem
+        why = (f"batch size auto: {b} lanes (bound: {cap}; {fmt_bytes(mem.per_lane)} per "
+               f"lane by XLA's memory analysis of the compiled program, {fit} lanes fit "
+               f"{fmt_bytes(bud.bytes)}, {bud.source})")  # fmt: skip
+        return Lanes(b, b, compiled, mem, bud, why)
+    b = int(batch_size)
+    compiled, mem = _aot(program, spec, b)
+    if mem is None:
+        return Lanes(b, b, compiled, None, bud, f"batch size {b} (no memory analysis here)")
+    if mem.total <= bud.bytes:
+        return Lanes(b, b, compiled, mem, bud,
+                     f"batch of {b} lanes: {mem.describe()}; budget {fmt_bytes(bud.bytes)} "
+                     f"({bud.source})")  # fmt: skip
+    fit = lanes_that_fit(mem, bud, multiple)
+    if fit < multiple:
+        raise BatchTooLarge(_too_large(f"--batch-size {b}", mem, bud, multiple))
+    width, mem2 = fit, None
+    for _ in range(4):  # another width may vectorise (and chunk) differently: check it
+        compiled, mem2 = _aot(program, spec, width)
+        if mem2 is None or mem2.total <= bud.bytes:
+            break
+        width = min(width - multiple, lanes_that_fit_line(mem, mem2, bud, multiple))
+        if width < multiple:
+            raise BatchTooLarge(_too_large(f"--batch-size {b}", mem2, bud, multiple))
+    why = (f"--batch-size {b} does not fit the memory budget (its program needs "
+           f"{fmt_bytes(mem.total)}, {fmt_bytes(mem.per_lane)} per lane; budget "
+           f"{fmt_bytes(bud.bytes)}, {bud.source}): each batch of {b} runs in lane chunks "
+           f"of {width} (the largest batch that fits)")  # fmt: skip
+    return Lanes(b, width, compiled, mem2 or mem, bud, why)
+
+
+def _too_large(flag: str, mem: ProgramMemory, bud: Budget, multiple: int = 1) -> str:
+    what = "one lane" if multiple == 1 else f"{multiple} lanes (the lane chunk x devices)"
+    return (
+        f"{flag}: not even {what} fit(s) the memory budget ({fmt_bytes(mem.per_lane)} "
+        f"per lane by XLA's memory analysis, budget {fmt_bytes(bud.bytes)}, {bud.source}); "
+        "raise --memory-budget or use a smaller config (stamps, galaxies, draws)"
+    )
+
+
 class _Serial:
     """The ``--no-overlap`` path: each realization written in the calling thread."""
 
@@ -187,6 +359,7 @@ def run_campaign(
     deadline: float | None = None,
     provenance: dict[str, Any] | None = None,
     lane_chunk: int | str | None = "auto",
+    memory_budget: int | str | None = None,
 ) -> CampaignReport:
     """Infer every realization and write its directory under ``output_dir``.
 
@@ -208,23 +381,31 @@ def run_campaign(
     ``convergence.json``, next to its seed, batch size and config hash.
     ``lane_chunk``: lanes evaluated together inside the compiled program
     (:func:`lane_chunk_for`); it changes speed, not results beyond the last bit.
+    ``batch_size`` ``"auto"`` and a batch that does not fit ``memory_budget`` (bytes or
+    ``"2GiB"``; default: the device's free memory): :func:`plan_lanes`, before the first
+    batch (:class:`BatchTooLarge` when not even one lane fits).
     """
     simulate_fn, t_start, todo = simulate_fn or generate, time.perf_counter(), list(realizations)
     mesh = lane_mesh()
-    if (lanes := lanes_for(batch_size, mesh)) != batch_size:
+    n_dev = 1 if mesh is None else mesh.devices.size
+    if batch_size != "auto" and (lanes := lanes_for(int(batch_size), mesh)) != batch_size:
         logger.info("batch size %d rounded up to %d lanes, a multiple of the %d devices",
-                    batch_size, lanes, mesh.devices.size)  # fmt: skip
+                    batch_size, lanes, n_dev)  # fmt: skip
         batch_size = lanes
     if mesh is not None:
-        logger.info("lanes split over %d devices: %s", mesh.devices.size,
+        logger.info("lanes split over %d devices: %s", n_dev,
                     ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
-    batches = make_batches(todo, batch_size)
     chunk = lane_chunk_for(lane_chunk, spec)
-    per_device = batch_size // (1 if mesh is None else mesh.devices.size)
+    method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
+    lanes = plan_lanes(spec, program, batch_size, len(todo), budget=memory_budget,
+                       multiple=n_dev * (chunk or 1))  # fmt: skip
+    logger.info("%s", lanes.why)
+    batch_size = lanes.batch
+    batches = make_batches(todo, batch_size)
+    per_device = lanes.width // n_dev
     if (width := chunk_width(per_device, chunk)) is not None:
         logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
                     width, per_device // width)  # fmt: skip
-    method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
     check = batched(chi2_fn(spec.model))  # the residual at each estimate (core/checks.py)
     dtype = str(jnp.result_type(float))
     status: dict[str, str] = {}
@@ -250,12 +431,14 @@ def run_campaign(
             sim, keys = batch_inputs(spec, padded, simulate_fn)
             obs = np.asarray(sim.images)
             t1 = time.perf_counter()
-            out = program(keys, sim.images)
             if mesh is not None and ib == 0:
+                out = program(keys, sim.images)
                 shards = jax.tree.leaves(out)[0].addressable_shards
                 logger.info("batch 1 lanes per device: %s", ", ".join(
                     f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
-            draws = jax.tree.map(np.asarray, out)
+                draws = jax.tree.map(np.asarray, out)
+            else:
+                draws = lanes.run(program, keys, sim.images)
             t_infer = time.perf_counter() - t1
             chi2 = np.asarray(check(draws.samples, sim.images))
             report = {"index": ib, "size": batch_size, "n_real": len(batch)}

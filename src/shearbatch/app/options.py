@@ -59,7 +59,10 @@ class RunOptions:
     paired: bool | None = None
     rotations: int | None = None
     shear_from_prior: bool | None = None
-    batch_size: int | None = None
+    #: lanes per batch, or ``"auto"`` (the most that fit the memory budget)
+    batch_size: int | str | None = None
+    #: device memory one batch may use (``"2GiB"``; None: the device's free memory)
+    memory_budget: str | None = None
     output_dir: str | None = None
     method: str | None = None
     x64: bool | None = None
@@ -132,6 +135,8 @@ def overrides(kw: RunOptions | Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """
     out: dict[str, tuple[str, Any]] = {}
     for f, k in CAMPAIGN_FLAGS.items():
+        if f == "batch_size" and _get(kw, f) == "auto":
+            continue  # chosen by the engine from the memory budget: not a config value
         if _get(kw, f) is not None:
             out[f"campaign.{k}"] = (f, _get(kw, f))
     if _get(kw, "shear_grid"):

@@ -66,6 +66,12 @@ class Plan:
     overrides: tuple[Mapping[str, Any], ...] = ()
 
     @property
+    def auto_batch(self) -> bool:
+        """``--batch-size auto``: the engine picks the lanes from the memory budget
+        (``batch_size`` is then the config's, used where no device is at hand)."""
+        return self.options.batch_size == "auto"
+
+    @property
     def config_name(self) -> str:
         """The config as the user named it (its path, or ``<mapping>``; the campaign's
         frozen config.yaml when none was named)."""
@@ -203,6 +209,16 @@ def _check_flags(kw: RunOptions) -> tuple[str, tuple[int, int]]:
     lane_chunk = str(kw.lane_chunk).strip().lower()
     if lane_chunk not in ("auto", "off") and not (lane_chunk.isdigit() and int(lane_chunk) >= 1):
         raise PlanError(f"--lane-chunk: auto, off or a number of lanes >= 1, got {kw.lane_chunk!r}")
+    if isinstance(kw.batch_size, str) and kw.batch_size != "auto":
+        raise PlanError(f"--batch-size: auto or a number of realizations >= 1, got "
+                        f"{kw.batch_size!r}")  # fmt: skip
+    if kw.memory_budget is not None:
+        from ..core.memory import parse_bytes
+
+        try:
+            parse_bytes(kw.memory_budget)
+        except ValueError as err:
+            raise PlanError(f"--memory-budget: {err}") from None
     if kw.seed is not None and kw.seed < 0:
         raise PlanError(f"--seed: must be >= 0, got {kw.seed}")
     if kw.shear_grid and kw.g1_true is not None:

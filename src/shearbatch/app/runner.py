@@ -86,6 +86,10 @@ def compile_first(plan: Plan, cache: str) -> None:
 
     spec, lanes = plan.spec, plan.batch_size
     devs = jax.devices()
+    if plan.auto_batch:
+        logger.info("--batch-size auto: each task picks its lanes from its device's memory; "
+                    "no shared compile step")  # fmt: skip
+        return
     if len(jax.local_devices()) > 1:
         # the engine splits lanes over the devices with a program of its own making; a
         # warm-up of the one-device program here would compile something never used
@@ -174,13 +178,17 @@ def run_claimed(plan: Plan, provenance: dict[str, Any], **engine_kw: Any) -> tup
     """Claim this task's realizations and run them; ``engine_kw``:
     :func:`shearbatch.engine.run_campaign`'s progress / stop / deadline. Returns the
     engine's report and the number skipped because another process held them."""
-    from ..engine import run_campaign
+    from ..engine import BatchTooLarge, run_campaign
 
     with claimed(plan) as cl:
-        report = run_campaign(plan.spec, cl.todo, output_dir=plan.output_dir,
-                              batch_size=plan.batch_size, overlap=plan.options.overlap,
-                              lane_chunk=plan.lane_chunk, provenance=provenance,
-                              **engine_kw)  # fmt: skip
+        try:
+            report = run_campaign(plan.spec, cl.todo, output_dir=plan.output_dir,
+                                  batch_size="auto" if plan.auto_batch else plan.batch_size,
+                                  overlap=plan.options.overlap, lane_chunk=plan.lane_chunk,
+                                  provenance=provenance, memory_budget=plan.options.memory_budget,
+                                  **engine_kw)  # fmt: skip
+        except BatchTooLarge as err:
+            raise PlanError(str(err)) from None
     return report, cl.skipped
 
 

@@ -159,7 +159,12 @@ def _print_plan(plan: app.Plan) -> None:
         f"plan: {len(plan.realizations)} realizations; array task {tid} of {tcount} takes "
         f"{len(mine)}; already complete: {len(done)}"
         f"{' (overwrite)' if opts.overwrite and done else ''}; "
-        f"to run: {len(todo)} in {len(batches)} batch(es) of {bs}"
+        + (
+            f"to run: {len(todo)}, batch size auto (the most lanes that fit the memory budget, "
+            f"chosen before the first batch)"
+            if plan.auto_batch
+            else f"to run: {len(todo)} in {len(batches)} batch(es) of {bs}"
+        )
     )
     echo(f"output dir: {plan.output_dir}")
     model = plan.spec.model

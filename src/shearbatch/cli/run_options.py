@@ -21,6 +21,26 @@ _CACHE_HELP = (
 )
 
 
+class _BatchSize(click.ParamType):
+    """``--batch-size``: a number of lanes >= 1, or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
+        if isinstance(value, int) or value is None:
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            return int(text)
+        except ValueError:
+            self.fail(f"auto or a number of realizations >= 1, got {value!r}", param, ctx)
+
+
+BATCH_SIZE = _BatchSize()
+
+
 @click.option(
     "--config",
     "--shine-config",
@@ -151,11 +171,24 @@ _CACHE_HELP = (
 )
 @click.option(
     "--batch-size",
-    type=int,
+    type=BATCH_SIZE,
     default=None,
+    metavar="N|auto",
     help=_help(
-        "Realizations per compiled batch (lanes of one jit(vmap) program; memory grows with it).",
+        "Realizations per compiled batch (lanes of one jit(vmap) program; memory grows with "
+        "it). auto: the most lanes that fit the memory budget, from XLA's memory analysis "
+        "of the compiled program (the choice and its reason are logged). A batch that does "
+        "not fit runs in lane chunks that do.",
         config="campaign.batch_size",
+    ),
+)
+@click.option(
+    "--memory-budget",
+    default=None,
+    metavar="SIZE",
+    help=_help(
+        "Device memory one batch may use, e.g. 2GiB or 500MB (also $SHEARBATCH_MEMORY_BUDGET).",
+        default="80% of the GPU's free memory; on a CPU of the available RAM",
     ),
 )
 @click.option(
