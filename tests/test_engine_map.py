@@ -311,13 +311,15 @@ def test_campaign_compiles_once(module_tmp, quiet_cfg, monkeypatch):
 
 
 def test_second_process_hits_the_persistent_cache(tmp_path):
+    """... and loads the first one's exported programs instead of tracing them
+    (shearbatch/exported.py; the in-process checks are tests/test_exported.py)."""
     cfg = write_config(
         tmp_path / "tiny.yaml",
         {"image.size_x": 16, "image.size_y": 16, "gal.half_light_radius": 0.3},
     )
     env = {**os.environ, "SHEARBATCH_CACHE_DIR": str(tmp_path / "cache")}
     exe = Path(sys.executable).parent / "bias-run"
-    logs = []
+    logs, stored = [], []
     for i in range(2):
         out = subprocess.run(
             [
@@ -340,6 +342,11 @@ def test_second_process_hits_the_persistent_cache(tmp_path):
         logs.append(
             next(ln for ln in out.stderr.splitlines() if "persistent compilation cache:" in ln)
         )
+        stored.append(out.stderr)
+    for program in ("inference program", "generator"):
+        assert f"{program}: traced in" in stored[0] and "exported for later" in stored[0]
+        assert f"{program}: loaded the program exported by an earlier process" in stored[1]
+        assert f"{program}: traced in" not in stored[1]
     assert " 0 hit(s)" in logs[0]
     assert " 0 miss(es)" in logs[1] and " 0 hit(s)" not in logs[1], logs
     a = read_posterior(tmp_path / "o0" / "g1_+0.0100_g2_+0.0000_s0" / "posterior.nc")

@@ -1,6 +1,7 @@
 """Process-wide JAX configuration, set once by an entry point (never at import).
 
-:func:`configure` applies x64 and the persistent compilation cache, and
+:func:`configure` applies x64 and the persistent compilation cache (and points
+:mod:`shearbatch.exported`'s store of traced programs into it), and
 registers ONE cache-event listener per process; calling it again only changes
 what differs, so ``--preview`` followed by the run (or several in-process CLI
 calls in tests) neither double-counts cache hits nor leaks a listener.
@@ -111,6 +112,11 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    from . import exported
+
+    # the traced programs beside the compiled ones (shearbatch.exported): a later process
+    # of the campaign loads them instead of tracing
+    exported.use(None if cache == "off" else Path(cache) / exported.SUBDIR)
     if not _LISTENER:
         monitoring.register_event_listener(_listener)
         _LISTENER.append(_listener)
@@ -122,16 +128,20 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
 
 @contextlib.contextmanager
 def scoped() -> Iterator[None]:
-    """Restore x64 and the cache settings on exit."""
+    """Restore x64, the cache settings and the exported programs' store on exit."""
     import jax
+
+    from . import exported
 
     keys = ("jax_enable_x64", "jax_compilation_cache_dir",
             "jax_persistent_cache_min_compile_time_secs",
             "jax_persistent_cache_min_entry_size_bytes")  # fmt: skip
     saved = {k: getattr(jax.config, k) for k in keys}
+    store = exported.stored_in()
     try:
         yield
     finally:
         for k, v in saved.items():
             if getattr(jax.config, k) != v:
                 jax.config.update(k, v)
+        exported.use(store)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from .generate import render_stamps
 
-__all__ = ["CHI2_RANGE", "chi2_fn", "misfit", "point_estimate"]
+__all__ = ["CHI2_RANGE", "chi2_fn", "chi2_program", "misfit", "point_estimate"]
 
 #: accepted range of chi2 / N at the estimate (a well-specified fit: 1 +- sqrt(2/N))
 CHI2_RANGE = (0.25, 4.0)
@@ -64,6 +64,19 @@ def chi2_fn(problem) -> Callable[[Mapping[str, jax.Array], jax.Array], jax.Array
         return jnp.sum(r * r) / r.size
 
     return chi2
+
+
+def chi2_program(problem) -> Callable[[Mapping[str, jax.Array], jax.Array], jax.Array]:
+    """The engine's batched check, ``batched(chi2_fn(problem))``: ``(samples, images) ->
+    chi2 / N`` per lane; where an entry point set a store of exported programs, a later
+    process loads it from there instead of tracing it (:mod:`shearbatch.exported`)."""
+    from ..exported import exportable, store
+    from .batching import batched
+
+    if store() is None:
+        return batched(chi2_fn(problem))
+    return exportable(lambda: batched(chi2_fn(problem)), {"program": "chi2", "problem": problem},
+                      "residual check")  # fmt: skip
 
 
 def misfit(chi2_per_pixel: float) -> bool:

@@ -153,11 +153,18 @@ _SIMULATORS: dict[Any, Any] = {}
 
 
 def _simulator(problem):
-    """One jitted generator per problem (and default float dtype), reused by every batch."""
+    """One jitted generator per problem (and default float dtype), reused by every batch;
+    where an entry point set a store of exported programs, a later process loads it from
+    there instead of tracing it (:mod:`shearbatch.exported`)."""
+    from ..exported import exportable
+
     key = (problem, str(jnp.result_type(float)))
     if key not in _SIMULATORS:
         one = functools.partial(simulate_one, problem)
-        _SIMULATORS[key] = jax.jit(lambda *a: jax.lax.map(lambda x: one(*x), a))
+        _SIMULATORS[key] = exportable(
+            lambda: jax.jit(lambda *a: jax.lax.map(lambda x: one(*x), a)),
+            {"program": "generator", "problem": problem}, "generator",
+        )  # fmt: skip
     return _SIMULATORS[key]
 
 
