@@ -5,9 +5,8 @@ after the batched program has run once, this measures in this process the CPU ti
 realization of each host stage of the engine, median of ``--repeats``:
 
 - ``records``: the per-realization statistics and records (the method's diagnosis, the
-  flags, the prior influence, ``truth.json``'s and ``convergence.json``'s contents):
-  ``shearbatch.engine.batch_records`` (or, in versions before it, a loop over
-  ``shearbatch.engine.records``);
+  flags, the prior influence, ``truth.json``'s and ``convergence.json``'s contents): the
+  engine's loop over ``shearbatch.engine.records`` (with ``host_batch`` where it exists);
 - ``write``: the three files of every realization of the batch, written in this thread
   (``shearbatch.io.write_record``), split into ``posterior.nc`` and the two JSON files;
 - ``host``: records + write, the figure the issue's target is stated in.
@@ -39,13 +38,13 @@ GRID = (-0.02, 0.02)
 
 
 def _records(spec, method, plan, draws, sim, dtype: str) -> list:
-    from shearbatch import engine
-
-    if hasattr(engine, "batch_records"):  # this version: the batch at once
-        return engine.batch_records(spec, method, plan, draws, sim, dtype)
     import jax
 
+    from shearbatch import engine
+
     obs = np.asarray(sim.images)
+    if hasattr(engine, "host_batch"):  # the engine's arrays on the host once per batch
+        sim = engine.host_batch(sim, obs)
     out = []
     for b, r in enumerate(plan):
         lane = jax.tree.map(lambda a, b=b: a[b], draws)

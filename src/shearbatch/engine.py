@@ -64,6 +64,8 @@ __all__ = [
     "Program",
     "batch_inputs",
     "build_program",
+    "default_writers",
+    "host_batch",
     "inference_program",
     "lane_chunk_for",
     "plan_lanes",
@@ -353,8 +355,8 @@ def run_campaign(
     progress: bool = False,
     simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
     overlap: bool = True,
-    writers: int = 2,
-    writer_kind: str = "thread",
+    writers: int | None = None,
+    writer_kind: str | None = None,
     stop: threading.Event | None = None,
     deadline: float | None = None,
     provenance: dict[str, Any] | None = None,
@@ -368,7 +370,8 @@ def run_campaign(
     realization).
 
     With ``overlap`` (default) batch k's realizations are written by a
-    :class:`~shearbatch.io.WriterPool` (``writers`` workers of ``writer_kind``)
+    :class:`~shearbatch.io.WriterPool` (``writers`` workers of ``writer_kind``; by
+    default :func:`default_writers` of this machine's cores)
     while batch k+1 is simulated and inferred; at most two batches wait to be
     written. Without it each realization is written before the next batch starts.
     A set ``stop`` event (SIGTERM, Ctrl-C) or a ``deadline`` (``time.time()``
@@ -397,8 +400,12 @@ def run_campaign(
                     ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
     chunk = lane_chunk_for(lane_chunk, spec)
     method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
+    # the deadline is checked for the first batch before its program is compiled (as when
+    # the compile happened in its first call); the compile counts in the first batch's time
+    first_ok, t_plan = deadline is None or time.time() < deadline, time.perf_counter()
     lanes = plan_lanes(spec, program, batch_size, len(todo), budget=memory_budget,
                        multiple=n_dev * (chunk or 1))  # fmt: skip
+    t_plan = time.perf_counter() - t_plan
     logger.info("%s", lanes.why)
     batch_size = lanes.batch
     batches = make_batches(todo, batch_size)
@@ -408,6 +415,8 @@ def run_campaign(
                     width, per_device // width)  # fmt: skip
     check = batched(chi2_fn(spec.model))  # the residual at each estimate (core/checks.py)
     dtype = str(jnp.result_type(float))
+    auto_kind, auto_n = default_writers()
+    writer_kind, writers = writer_kind or auto_kind, writers or auto_n
     status: dict[str, str] = {}
     times, pulls, stopped = [], {}, None
     bar = _progress_bar(progress, len(todo), spec.method)
@@ -422,7 +431,7 @@ def run_campaign(
             if stop is not None and stop.is_set():
                 stopped = "signal"
                 break
-            if deadline is not None and not _fits(times, deadline):
+            if deadline is not None and not (_fits(times, deadline) if times else first_ok):
                 stopped = "time limit"
                 break
             sink.check()
@@ -448,9 +457,10 @@ def run_campaign(
                 logger.info("batch %d: lockstep efficiency %s", ib + 1, eff)
             if hint := report.pop("hint", None):
                 logger.info("batch %d: %s", ib + 1, hint)
+            hsim = host_batch(sim, obs)  # the per-realization records index host arrays
             for b, r in enumerate(batch):
                 lane = jax.tree.map(lambda a, b=b: a[b], draws)
-                rec = records(spec, method, r, lane, obs[b], sim, b, dtype, float(chi2[b]))
+                rec = records(spec, method, r, lane, obs[b], hsim, b, dtype, float(chi2[b]))
                 conv = rec.convergence.replace(
                     batch={**report, "lane": b}, runtime_s=t_infer / len(batch),
                     provenance=dict(provenance or {}),
@@ -461,7 +471,7 @@ def run_campaign(
                 status[str(out_dir(output_dir, r))] = conv.status
                 if conv.status != "ok":
                     logger.warning("%s failed: %s", r.run_id, conv.reason)
-            times.append(time.perf_counter() - t0)
+            times.append(time.perf_counter() - t0 + (t_plan if not times else 0.0))
             if bar is not None:
                 bar.update(len(batch))
             logger.info("batch %d/%d: %d realization(s) in %.2f s (simulation %.2f s, inference "
@@ -487,6 +497,35 @@ def run_campaign(
         logger.warning("stopped before batch %d of %d (%s)", len(times) + 1, len(batches), stopped)
     logger.info("campaign done: %d ok, %d failed in %.1f s", n_ok, len(failed), wall)
     return CampaignReport(n_ok, len(failed), failed, wall, times, stopped, len(written))
+
+
+def default_writers(cores: int | None = None) -> tuple[str, int]:
+    """``(kind, n)`` of the background writers on a machine of ``cores`` usable cores
+    (default: this process's CPU affinity). netCDF-C is not thread-safe, so writer
+    threads take turns on its files (and share the GIL): on a node with cores to spare
+    (a GPU node: >= 4) spawned processes write in parallel, half the cores, at most 8;
+    on a small machine, whose cores the inference itself uses, two threads."""
+    import os
+
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cores = os.cpu_count() or 1
+    if cores >= 4:
+        return "process", min(8, cores // 2)
+    return "thread", 2
+
+
+def host_batch(sim: SimBatch, images: np.ndarray | None = None) -> SimBatch:
+    """``sim`` with its arrays on the host (one transfer each per batch: indexing a device
+    array per realization costs a dispatch each, ~0.1 ms)."""
+    return sim._replace(
+        images=np.asarray(sim.images) if images is None else images,
+        g=np.asarray(sim.g),
+        snr=np.asarray(sim.snr),
+        params={k: np.asarray(v) for k, v in sim.params.items()},
+    )
 
 
 def _fits(times: Sequence[float], deadline: float) -> bool:

@@ -65,6 +65,7 @@ __all__ = [
     "WriteError",
     "WriterPool",
     "clean_orphans",
+    "dumps_json",
     "read_json",
     "read_posterior",
     "to_strict_json",
@@ -175,11 +176,25 @@ def clean_orphans(directory: str | Path) -> int:
     return n
 
 
+def dumps_json(obj: Any) -> str:
+    """Strict JSON text of ``obj`` (:func:`to_strict_json`): one top-level key per line,
+    each value on its line in compact form. ``json.dumps`` with ``indent`` runs the
+    pure-Python encoder; this form uses the C encoder (measured 3-4x cheaper per file)
+    and stays readable by eye and by ``json.load``."""
+    obj = to_strict_json(obj)
+    if not isinstance(obj, dict) or not obj:
+        return json.dumps(obj, allow_nan=False) + "\n"
+    enc = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
+    items = ",\n".join(f"  {enc(k)}: {enc(v)}" for k, v in obj.items())
+    return "{\n" + items + "\n}\n"
+
+
 def write_json(path: Path, obj: Any) -> None:
+    text = dumps_json(obj)
+
     def w(tmp: Path) -> None:
         with open(tmp, "w") as fh:
-            json.dump(to_strict_json(obj), fh, indent=2, allow_nan=False)
-            fh.write("\n")
+            fh.write(text)
 
     _atomic_write(path, w)
 
@@ -209,7 +224,19 @@ def _put(group, name: str, data: np.ndarray, dims: tuple[str, ...]) -> None:
     var = group.createVariable(name, data.dtype, dims, fill_value=fill)
     if attrs:
         var.setncatts(attrs)
-    var[:] = data
+    _put_all(var, data)
+
+
+def _put_all(var, data: np.ndarray) -> None:
+    """``var[:] = data`` for a whole contiguous array, without netCDF4's Python indexing
+    (``Variable._put``, the call ``__setitem__`` makes once it has computed the slices:
+    a third of a small file's CPU time); ``var[:] = data`` where that is not available."""
+    put = getattr(var, "_put", None)
+    if put is None or data.ndim == 0:
+        var[:] = data
+        return
+    shape = np.asarray(data.shape, dtype=np.intp)
+    put(data, np.zeros_like(shape), shape, np.ones_like(shape))
 
 
 def _group(root, name: str, variables: Mapping[str, tuple[tuple[str, ...], np.ndarray]],
@@ -349,6 +376,10 @@ def _write_job(directory: str, record: Record | Mapping[str, Any]) -> str:
 
 
 def _ignore_signals() -> None:  # pragma: no cover - runs in a writer process
+    # a writer never needs a device: on a GPU node a process that initialised JAX's GPU
+    # backend would take most of its memory
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     # the parent decides what a signal means and stops its writers itself ...
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
