@@ -37,12 +37,15 @@ the defaults are ``bias-run``'s). ``flags`` lists every flag by name,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import sys
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,7 @@ import numpy as np
 from ..core import flags as fl
 from ..core.convergence import Convergence
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
+from ..core.population_np import PriorSpec
 from ..io import POSTERIOR, find_realization_dirs, inspect_realization
 
 __all__ = [
@@ -59,14 +63,19 @@ __all__ = [
     "QUANTILES",
     "STATUSES",
     "SUMMARY_COLUMNS",
+    "WORKER_ENV",
     "Thresholds",
+    "compact_draws",
     "convergence_flags",
     "extract_campaign",
     "find_realization_dirs",
     "load_thresholds",
+    "map_cpu_only",
     "population_arrays",
     "population_path",
+    "posterior_attrs",
     "read_realization",
+    "scoped_environ",
     "status_counts",
     "write_population",
     "write_summary",
@@ -137,45 +146,90 @@ def convergence_flags(
     return conv.flags_under(th)
 
 
+def _read_nc(
+    path: Path, wanted: Mapping[str, Sequence[str]] | Callable[[dict], Mapping | None]
+) -> tuple[dict[str, Any], dict]:
+    """``(root attrs, {name: (dims, float64 array)})`` of the variables ``wanted`` (``{group:
+    [names]}``, or a function of the root attrs giving it, None for none) of a posterior.nc,
+    read with netCDF4 directly (xarray costs ~50x more per file); values decoded as
+    xarray decodes them (``_FillValue`` and masked values as NaN)."""
+    import netCDF4
+
+    out = {}
+    with netCDF4.Dataset(path, "r") as ds:
+        attrs = {k: ds.getncattr(k) for k in ds.ncattrs()}
+        if callable(wanted):
+            wanted = wanted(attrs) or {}
+        for group, names in wanted.items():
+            if not names:
+                continue
+            grp = ds.groups[group]
+            for name in names:
+                var = grp.variables[name]
+                data = np.ma.filled(np.ma.asarray(var[...], dtype=np.float64), np.nan)
+                out[name] = (tuple(var.dimensions), data)
+    return attrs, out
+
+
+def posterior_attrs(path: str | Path) -> dict[str, Any]:
+    """The root attributes of a posterior.nc (what ``xarray.open_datatree(path).attrs``
+    holds), read with netCDF4 alone."""
+    return _read_nc(Path(path), {})[0]
+
+
+def _axes(dims: tuple[str, ...], want: tuple[str, ...]) -> tuple[int, ...]:
+    return tuple(dims.index(d) for d in want)
+
+
 def interim_draws(path: Path) -> dict[str, Any] | None:
     """An interim-model posterior.nc's per-galaxy draws: ``eps`` (M, K, 2) observed
     ellipticities, ``log_base`` (M, K) ``interim_log_weight``, and the population's
     intrinsic-shape priors ``population`` (e1, e2); None for the joint model."""
-    import xarray as xr
 
-    with xr.open_dataset(path, engine="netcdf4") as root:
-        attrs = dict(root.attrs)
-    if attrs.get("shear_model") != "interim":
+    def wanted(attrs: dict) -> dict | None:
+        if attrs.get("shear_model") != "interim":
+            return None
+        return {"posterior": ["e1", "e2"], "sample_stats": ["interim_log_weight"]}
+
+    attrs, v = _read_nc(path, wanted)
+    if not v:
         return None
-    with xr.open_dataset(path, group="posterior", engine="netcdf4") as ds:
-        e = [np.asarray(ds[s].transpose("galaxy", "chain", "draw").values, float) for s in
-             ("e1", "e2")]  # fmt: skip
-    with xr.open_dataset(path, group="sample_stats", engine="netcdf4") as ds:
-        lw = np.asarray(ds["interim_log_weight"].transpose("galaxy", "chain", "draw").values,
-                        float)  # fmt: skip
+    order = ("galaxy", "chain", "draw")
+    e = [np.transpose(v[s][1], _axes(v[s][0], order)) for s in ("e1", "e2")]
+    lw = np.transpose(v["interim_log_weight"][1], _axes(v["interim_log_weight"][0], order))
     m = e[0].shape[0]
     eps = np.stack([x.reshape(m, -1) for x in e], axis=-1)
-    from .pooled import PriorSpec
-
     pops = tuple(PriorSpec(json.loads(attrs[f"population_prior_{c}"])) for c in ("e1", "e2"))
     return {"eps": eps, "log_base": lw.reshape(m, -1), "population": pops}
 
 
+def compact_draws(d: Mapping[str, Any]) -> dict[str, Any]:
+    """What the pooled fit keeps of a realization's :func:`interim_draws`: ``eps`` as float32
+    and ``log_base`` as float32 less each galaxy's maximum (a per-galaxy constant does not
+    move the fit), the rows :func:`write_population` writes (half the bytes of the float64
+    draws). Idempotent: compact draws come back unchanged."""
+    lb = np.asarray(d["log_base"], np.float64)
+    mx = np.max(np.where(np.isfinite(lb), lb, -np.inf), axis=1, keepdims=True)
+    return {"eps": np.asarray(d["eps"], np.float32),
+            "log_base": (lb - np.where(np.isfinite(mx), mx, 0.0)).astype(np.float32),
+            "population": d["population"]}  # fmt: skip
+
+
 def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence):
     """Summary columns of an interim-model realization: g from its own galaxies' pooled
-    marginal likelihood (:func:`shearbatch.core.population.fit`; mean = median = mode = the
-    maximum, std from the curvature, Gaussian quantiles and rank), the per-galaxy ESS of
-    the weights and the flags ``POP_WEIGHTS_COLLAPSED`` / ``POP_FIT_FAILED``. Returns
-    ``(row, flags, draws)`` or None for the joint model."""
+    marginal likelihood (:func:`shearbatch.core.population_np.fit`, the NumPy form of
+    :func:`shearbatch.core.population.fit`; mean = median = mode = the maximum, std from
+    the curvature, Gaussian quantiles and rank), the per-galaxy ESS of the weights and the
+    flags ``POP_WEIGHTS_COLLAPSED`` / ``POP_FIT_FAILED``. Returns ``(row, flags, draws)`` or
+    None for the joint model. No JAX: this runs in bias-extract's reader processes."""
     from scipy import stats as st
 
-    from ..core import population as pop
+    from ..core import population_np as pnp
 
     d = interim_draws(path)
     if d is None:
         return None
-    lp = pop.shape_log_prior(*d["population"])
-    f = pop.fit(d["eps"], d["log_base"], lp)
+    f = pnp.fit(d["eps"], d["log_base"], pnp.ShapePrior(*d["population"]))
     row: dict[str, Any] = {"shear_model": "interim", "point_estimate": "population",
                            "pop_n_galaxies": f.n_galaxies}  # fmt: skip
     k = np.maximum(f.n_draws, 1)
@@ -200,11 +254,9 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence)
 
 
 def _posterior_columns(path: Path, truth: Mapping[str, Any]) -> dict[str, Any]:
-    import xarray as xr
-
     row: dict[str, Any] = {}
-    with xr.open_dataset(path, group="posterior", engine="netcdf4") as ds:
-        draws = {s: np.asarray(ds[s].values, dtype=float).ravel() for s in ("g1", "g2")}
+    _, v = _read_nc(path, {"posterior": ["g1", "g2"]})
+    draws = {s: v[s][1].ravel() for s in ("g1", "g2")}
     for s, x in draws.items():
         if x.size == 0:
             raise ValueError(f"no draws of {s}")
@@ -223,8 +275,9 @@ def read_realization(
     """One summary row (a dict with a subset of :data:`SUMMARY_COLUMNS`) for one directory.
 
     An interim-model realization (``shear_model: interim``) gets its g from the population
-    fit of its own galaxies; with ``keep_draws`` its per-galaxy draws are kept under the
-    row's ``_population`` key (:func:`write_population`)."""
+    fit of its own galaxies; with ``keep_draws`` what the pooled fit needs of its per-galaxy
+    draws (:func:`compact_draws`) is kept under the row's ``_population`` key
+    (:func:`write_population`)."""
     d = Path(directory)
     row: dict[str, Any] = {"run_id": d.name}
 
@@ -282,7 +335,7 @@ def read_realization(
         row.update(interim[0])
         flags |= interim[1]
         if keep_draws:  # for bias-stats' pooled fit (the sidecar of summary.csv)
-            row["_population"] = interim[2]
+            row["_population"] = compact_draws(interim[2])
     row["flags"] = "|".join(fl.names(flags))
     row["passed_convergence"] = (flags & ~fl.WARNINGS) == 0
     return done("ok", fl.describe(flags))
@@ -291,6 +344,49 @@ def read_realization(
 def _read_chunk(args: tuple[list[str], Thresholds]) -> list[dict[str, Any]]:
     dirs, th = args
     return [read_realization(p, th, keep_draws=True) for p in dirs]
+
+
+#: the environment of bias-extract's reader processes: whatever the node, a reader that
+#: imported JAX would start its CPU backend only (on a GPU node each process that starts the
+#: GPU backend takes 75% of the GPU's memory and the pool dies), and take no memory up front.
+#: The readers need no JAX (core/population_np.py): this is the guard, not the mechanism.
+WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def _cpu_only(env: Mapping[str, str]) -> None:  # a reader process's initializer
+    os.environ.update(env)
+    jax = sys.modules.get("jax")  # spawn re-imports the parent's __main__ first (bias-stats'
+    if jax is not None:  # script imports JAX; no backend is started by an import)
+        jax.config.update("jax_platforms", env.get("JAX_PLATFORMS", "cpu"))
+
+
+@contextlib.contextmanager
+def scoped_environ(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` updated with ``env`` inside (a process started there inherits it)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def map_cpu_only(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> Iterator[Any]:
+    """``fn`` over ``items`` in ``workers`` spawned processes, results in order, each
+    process CPU-only (:data:`WORKER_ENV`: in its environment from its start, so JAX reads
+    it at import, and set again by its initializer). spawn, not fork: the caller may hold
+    threads (JAX, BLAS) that fork would copy mid-lock."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_cpu_only,
+                             initargs=(dict(WORKER_ENV),)) as ex:  # fmt: skip
+        with scoped_environ(WORKER_ENV):  # the processes start as the work is submitted
+            futures = [ex.submit(fn, it) for it in items]
+        for f in futures:
+            yield f.result()
 
 
 def extract_campaign(
@@ -307,13 +403,18 @@ def extract_campaign(
     Directories are read by ``workers`` processes (default: the CPUs this process may
     use, :func:`shearbatch.slurm.allocated_cpus`: ``SLURM_CPUS_PER_TASK``, else the
     affinity mask; ``1`` reads in this process; small campaigns are always read here),
-    in chunks of ``chunk`` directories. ``path`` is relative to ``root``.
+    in chunks of at most ``chunk`` directories (smaller when there are few per process).
+    The readers are CPU-only (:func:`map_cpu_only`) and need no JAX. ``path`` is relative
+    to ``root``.
     """
     from ..slurm import allocated_cpus
 
     root = Path(root)
     dirs = find_realization_dirs(root)
     workers = workers or allocated_cpus()
+    parallel = workers > 1 and len(dirs) > 2 * chunk
+    if parallel:  # a few chunks per process: they finish together
+        chunk = max(1, min(chunk, -(-len(dirs) // (4 * workers))))
     chunks = [[str(p) for p in dirs[i : i + chunk]] for i in range(0, len(dirs), chunk)]
     logger.info("found %d realization directories under %s", len(dirs), root)
     bar = None
@@ -329,17 +430,14 @@ def extract_campaign(
             on_progress(n)
 
     rows: list[dict[str, Any]] = []
-    if workers <= 1 or len(dirs) <= 2 * chunk:
+    if not parallel:
         for c in chunks:
             rows += _read_chunk((c, thresholds))
             tick(len(c))
     else:
-        # spawn, not fork: the caller may hold threads (JAX, BLAS) that fork would copy mid-lock.
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
-            for part in ex.map(_read_chunk, [(c, thresholds) for c in chunks]):
-                rows += part
-                tick(len(part))
+        for part in map_cpu_only(_read_chunk, [(c, thresholds) for c in chunks], workers):
+            rows += part
+            tick(len(part))
     if bar is not None:
         bar.close()
     for r, p in zip(rows, dirs, strict=True):
@@ -369,45 +467,90 @@ def write_population(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Pat
     Arrays, one entry per galaxy: ``run_id``, ``galaxy`` (index in its realization),
     ``eps`` (G, K, 2) float32 observed-ellipticity draws (NaN-padded to the largest K),
     ``log_base`` (G, K) float32 (each galaxy's maximum subtracted: a per-galaxy constant
-    does not move the fit); ``population``: the intrinsic-shape priors as JSON.
+    does not move the fit); ``population``: the intrinsic-shape priors as JSON. Written
+    realization by realization into the (uncompressed, ``np.savez``) archive: no
+    concatenated copy of the draws is made.
     """
     path = Path(path)
-    arrays = population_arrays(rows)
-    if arrays is None:
+    keep = _population_rows(rows)
+    if not keep:
         path.unlink(missing_ok=True)
         return None
+    k = max(r["_population"]["eps"].shape[1] for r in keep)
+    run_id, galaxy = _population_index(keep)
+    pops = _population_json(keep)
+    g = len(run_id)
     tmp = path.with_name(f".{path.name}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, arr in (("run_id", run_id), ("galaxy", galaxy)):
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, arr, allow_pickle=False)
+            for name, tail in (("eps", (2,)), ("log_base", ())):
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array_header_1_0(fh, {
+                        "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                        "fortran_order": False, "shape": (g, k, *tail)})  # fmt: skip
+                    for r in keep:
+                        fh.write(_padded(_compact(r["_population"]), name, k).tobytes())
+            with zf.open("population.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.asarray(pops), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def _population_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in rows if r.get("status") == "ok" and "_population" in r]
+
+
+def _population_index(keep: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    run_id, galaxy = [], []
+    for r in keep:
+        m = r["_population"]["eps"].shape[0]
+        run_id += [r["run_id"]] * m
+        galaxy += list(range(m))
+    return np.asarray(run_id), np.asarray(galaxy)
+
+
+def _population_json(keep: Sequence[Mapping[str, Any]]) -> str:
+    pops = {json.dumps([dict(p) for p in r["_population"]["population"]]) for r in keep}
+    if len(pops) > 1:
+        raise ValueError(f"interim realizations with different population priors: {sorted(pops)}")
+    return pops.pop()
+
+
+def _compact(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A row's ``_population`` as :func:`compact_draws` makes it (read_realization keeps it
+    so; float64 draws, e.g. made by hand, are compacted here)."""
+    return d if d["log_base"].dtype == np.float32 else compact_draws(d)
+
+
+def _padded(d: Mapping[str, Any], name: str, k: int) -> np.ndarray:
+    """One realization's compact ``name`` (float32), NaN-padded to ``k`` draws."""
+    x = np.asarray(d[name], np.float32)
+    if x.shape[1] == k:
+        return np.ascontiguousarray(x)
+    out = np.full((x.shape[0], k, *x.shape[2:]), np.nan, np.float32)
+    out[:, : x.shape[1]] = x
+    return out
 
 
 def population_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray] | None:
     """The arrays :func:`write_population` writes (None without interim rows)."""
-    keep = [r for r in rows if r.get("status") == "ok" and "_population" in r]
+    keep = _population_rows(rows)
     if not keep:
         return None
     k = max(r["_population"]["eps"].shape[1] for r in keep)
-    run_id, galaxy, eps, base = [], [], [], []
-    for r in keep:
-        d = r["_population"]
-        m, kr = d["eps"].shape[:2]
-        e = np.full((m, k, 2), np.nan, np.float32)
-        e[:, :kr] = d["eps"]
-        b = np.full((m, k), np.nan, np.float32)
-        lb = d["log_base"]
-        mx = np.max(np.where(np.isfinite(lb), lb, -np.inf), axis=1, keepdims=True)
-        b[:, :kr] = lb - np.where(np.isfinite(mx), mx, 0.0)
-        run_id += [r["run_id"]] * m
-        galaxy += list(range(m))
-        eps.append(e)
-        base.append(b)
-    pops = {json.dumps([dict(p) for p in r["_population"]["population"]]) for r in keep}
-    if len(pops) > 1:
-        raise ValueError(f"interim realizations with different population priors: {sorted(pops)}")
-    return {"run_id": np.asarray(run_id), "galaxy": np.asarray(galaxy),
-            "eps": np.concatenate(eps), "log_base": np.concatenate(base),
-            "population": np.asarray(pops.pop())}  # fmt: skip
+    run_id, galaxy = _population_index(keep)
+    pops = _population_json(keep)
+    compact = [_compact(r["_population"]) for r in keep]
+    return {"run_id": run_id, "galaxy": galaxy,
+            "eps": np.concatenate([_padded(d, "eps", k) for d in compact]),
+            "log_base": np.concatenate([_padded(d, "log_base", k) for d in compact]),
+            "population": np.asarray(pops)}  # fmt: skip
 
 
 def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:

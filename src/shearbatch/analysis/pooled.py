@@ -20,6 +20,11 @@ without that seed's galaxies taken one Newton step from the full estimate
 (:func:`shearbatch.core.population.galaxy_derivatives`; the full likelihood's
 gradient vanishes there, so the step is exact to second order in the shift), so
 the shared galaxies and noise of a seed's pairs and rings stay together.
+
+The fits are :func:`shearbatch.core.population_np.fit` (NumPy, the galaxies of a grid
+point read from the sidecar's float32 arrays a block at a time, by the CPUs this process
+may use): memory beyond the sidecar's arrays does not grow with the campaign, and no
+accelerator is needed.
 """
 
 from __future__ import annotations
@@ -30,39 +35,30 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from ..core import population as pop
+from ..core import population_np as pnp
+from ..core.population_np import PriorSpec
 from .stats import Fit, pair_table
 
-__all__ = ["from_arrays", "load_population", "pooled_fits"]
+__all__ = ["PriorSpec", "from_arrays", "load_population", "pooled_fits"]
 
 logger = logging.getLogger(__name__)
 
 
-class PriorSpec(dict):
-    """A prior read back from posterior.nc attrs or the population sidecar (``{"kind",
-    "args"}``) with the attributes :func:`shearbatch.core.priors.to_distribution` reads."""
-
-    @property
-    def kind(self) -> str:
-        return self["kind"]
-
-    @property
-    def args(self) -> tuple[float, ...]:
-        return tuple(float(a) for a in self["args"])
-
-
 def load_population(path: str | Path) -> dict[str, Any]:
-    """The sidecar's arrays and the population's ``log_pe``."""
+    """The sidecar's arrays, its ``priors`` and the population prior ``prior``
+    (:class:`shearbatch.core.population_np.ShapePrior`)."""
     with np.load(path, allow_pickle=False) as z:
         return from_arrays({k: z[k] for k in z.files})
 
 
 def from_arrays(d: dict[str, Any]) -> dict[str, Any]:
-    """:func:`shearbatch.analysis.extract.population_arrays` with the population's ``log_pe``."""
+    """:func:`shearbatch.analysis.extract.population_arrays` with the population's
+    ``priors`` and ``prior`` (:class:`shearbatch.core.population_np.ShapePrior`)."""
     d = dict(d)
     priors = [PriorSpec(p) for p in json.loads(str(d["population"]))]
-    d["log_pe"] = pop.shape_log_prior(*priors)
+    d["prior"] = pnp.ShapePrior(*priors)
     d["priors"] = priors
     return d
 
@@ -82,22 +78,29 @@ def _estimate(comp_true: np.ndarray, comp_hat: np.ndarray, paired: bool) -> np.n
     return np.array([b[0], b[1]])
 
 
-def pooled_fits(use: Any, population: dict[str, Any], paired: bool) -> tuple[dict, dict]:
+def pooled_fits(
+    use: Any, population: dict[str, Any], paired: bool, threads: int | None = None
+) -> tuple[dict, dict]:
     """``({"g1": Fit, "g2": Fit}, report)`` from the galaxies of the usable rows ``use``.
 
     ``report``: per grid point its estimate, curvature error and galaxy count, the
     smallest per-galaxy ESS fraction and the collapsed galaxies at the estimate.
+    ``threads``: threads per fit (default: the CPUs this process may use).
     """
+    if threads is None:
+        from ..slurm import allocated_cpus
+
+        threads = allocated_cpus()
     if paired and "pair_id" in use and "pair_sign" in use:  # complete pairs only: a seed's
         ip, im = pair_table(use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))
         use = use.iloc[np.sort(np.concatenate([ip, im]))]  # +g without its -g is left out
     rows = use.set_index(use["run_id"].astype(str))
     rid = population["run_id"].astype(str)
-    keep = np.isin(rid, rows.index.to_numpy())
+    keep = np.asarray(pd.Index(rid).isin(rows.index))  # hashed (np.isin sorts: ~1 s here)
     if not keep.any():
         raise ValueError("population sidecar: none of its galaxies belongs to a usable row")
-    rid = rid[keep]
-    eps, base = population["eps"][keep], population["log_base"][keep]
+    rid, rows_of = rid[keep], np.flatnonzero(keep)
+    eps, base = population["eps"], population["log_base"]  # read a block at a time, not copied
     truth = rows.loc[rid, ["g1_true", "g2_true"]].to_numpy(float).round(12)
     seeds = rows.loc[rid, "seed"].astype(str).to_numpy()
     points = sorted({tuple(t) for t in truth})
@@ -106,11 +109,11 @@ def pooled_fits(use: Any, population: dict[str, Any], paired: bool) -> tuple[dic
         logger.info("pooled fit: not every +g has its -g grid point; using the regression")
         paired = False
     uniq = sorted(set(seeds))
-    lp = population["log_pe"]
+    prior = population.get("prior") or pnp.ShapePrior(*population["priors"])
     est, jk, rep = {}, {s: {} for s in uniq}, []
     for p in points:
         sel = np.all(truth == p, axis=1)
-        f = pop.fit(eps[sel], base[sel], lp)
+        f = pnp.fit(eps, base, prior, index=rows_of[sel], threads=threads)
         est[p] = f.g
         k = np.maximum(f.n_draws, 1)
         rep.append({"g1_true": p[0], "g2_true": p[1], "g1": float(f.g[0]), "g2": float(f.g[1]),
@@ -118,13 +121,14 @@ def pooled_fits(use: Any, population: dict[str, Any], paired: bool) -> tuple[dic
                     "n_galaxies": f.n_galaxies, "converged": f.converged,
                     "ess_fraction_min": float(np.min(f.ess / k)),
                     "n_collapsed": int(f.collapsed.sum())})  # fmt: skip
-        grad, hess = pop.galaxy_derivatives(f.g, eps[sel], base[sel], lp)
+        grad, hess = f.galaxy_grad, f.galaxy_hess  # per galaxy, at the estimate
         ok = np.all(np.isfinite(grad), axis=1)  # galaxies without support: not in the fit
-        h_tot, s_sel = hess[ok].sum(axis=0), seeds[sel][ok]
+        grad, hess = grad[ok], hess[ok]
+        h_tot, s_sel = hess.sum(axis=0), seeds[sel][ok]
         for s in uniq:
             mine = s_sel == s
-            h_rest = h_tot - hess[ok][mine].sum(axis=0)
-            jk[s][p] = f.g + np.linalg.solve(h_rest, grad[ok][mine].sum(axis=0))
+            h_rest = h_tot - hess[mine].sum(axis=0)
+            jk[s][p] = f.g + np.linalg.solve(h_rest, grad[mine].sum(axis=0))
     fits = {}
     tr = np.array(points)
     for i, comp in enumerate(("g1", "g2")):

@@ -278,6 +278,7 @@ def bias_stats(**kw: Any) -> int:
                                             target_sigma_m=kw["target_sigma_m"])  # fmt: skip
     except ValueError as err:
         raise _fail(f"--input: {err}") from None
+    population = None  # the sidecar's draws (the pooled fit's input) are not needed further
     res["requirement"]["chosen"] = chosen
     out.mkdir(parents=True, exist_ok=True)
     plot_dir = stats_plots(df, use, res, fits, out, posterior_dir) if kw["plots"] else None

@@ -45,17 +45,27 @@ interim prior too narrow, or a Laplace approximation far from the posterior).
 
 :func:`fit` computes in float64 whatever the process's flags (inside a
 ``jax.enable_x64`` scope, which is thread-local and restored on exit).
+
+The pipeline (``bias-extract``'s per-realization fit, ``bias-stats``' pooled fit) uses the
+NumPy form of this estimator, :mod:`shearbatch.core.population_np` (the derivatives
+written out, no JAX: no accelerator in reader processes, no compile, memory bounded by
+blocks of galaxies); tests/test_population_np.py holds it to this module's results.
+Unlike it, a galaxy without support makes this module's gradient NaN even at weight 0
+(``0 * nan`` in the automatic derivative), which stops :func:`fit`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+# one definition of the result and of the collapse threshold for both forms of the fit
+from .population_np import COLLAPSE_FRAC, PopulationFit
 
 __all__ = [
     "COLLAPSE_FRAC",
@@ -72,9 +82,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: a galaxy's weights have collapsed when their ESS is below this fraction of its draws
-COLLAPSE_FRAC = 0.1
 
 LogPrior = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -211,32 +218,6 @@ def galaxy_derivatives(g: Any, eps: Any, log_base: Any, log_pe: LogPrior) -> tup
         grad = jax.jacfwd(terms)(gg)
         hess = jax.jacfwd(jax.jacfwd(terms))(gg)
         return np.asarray(grad, float), np.asarray(hess, float)
-
-
-class PopulationFit(NamedTuple):
-    """The maximum of the pooled marginal likelihood.
-
-    g: (2,) estimate; cov: (2, 2) inverse curvature ``(-H)^-1`` (NaN when ``H`` is not
-    negative definite); log_l: ``log L(g)``; n_steps; converged: the Newton step fell
-    below ``tol``; ess: (N,) per-galaxy ESS of the weights at ``g``; n_draws: (N,)
-    valid draws per galaxy; collapsed: (N,) ``ess < COLLAPSE_FRAC n_draws``;
-    n_galaxies: galaxies with finite ``L_i`` that entered the fit.
-    """
-
-    g: np.ndarray
-    cov: np.ndarray
-    log_l: float
-    n_steps: int
-    converged: bool
-    ess: np.ndarray
-    n_draws: np.ndarray
-    collapsed: np.ndarray
-    n_galaxies: int
-
-    @property
-    def err(self) -> np.ndarray:
-        """(2,) standard errors ``sqrt(diag cov)``."""
-        return np.sqrt(np.diag(self.cov))
 
 
 def _functions(log_pe: LogPrior):

@@ -1,0 +1,480 @@
+r"""The pooled marginal likelihood of :mod:`shearbatch.core.population` in NumPy, without JAX.
+
+The same estimator, the same damped Newton and the same results (to rounding: the
+two agree to ~1e-12 in ``g``, tests/test_population_np.py), for the places that must not
+start an accelerator or pay JAX's dispatch and compile: ``bias-extract``'s reader
+processes (one fit per interim-model realization) and ``bias-stats``' pooled fit per grid
+point (tens of thousands of galaxies, evaluated in chunks of galaxies, so that memory
+does not grow with the campaign beyond its float32 inputs).
+
+Where :mod:`shearbatch.core.population` differentiates ``log L`` automatically, this
+module writes the derivatives out. With complex ``g`` and observed ``eps``,
+``W = 1 - g* eps`` and ``e = (eps - g) / W``:
+
+.. math:: \partial_g e = -1/W, \quad \partial_{g^*} e = e\,\epsilon / W, \quad
+          \partial_g\partial_{g^*} e = -\epsilon / W^2, \quad
+          \partial_{g^*}^2 e = 2 e \epsilon^2 / W^2, \quad \partial_g^2 e = 0,
+
+the real derivatives being :math:`\partial_{g_1} = \partial_g + \partial_{g^*}`,
+:math:`\partial_{g_2} = i(\partial_g - \partial_{g^*})`; ``|W|^2`` has gradient
+``-2 (Re(W eps*), Im(eps W*))`` and Hessian ``2 |eps|^2 I``; the population prior is a
+product of one-dimensional densities (:class:`ShapePrior`: normal, uniform, flat, and a
+truncated normal or log-normal by the density :func:`core.population.shape_log_prior`
+uses). A galaxy's ``log L_i = log (1/K) sum_k w_k`` then has gradient ``E_p[d lw]`` and
+Hessian ``E_p[d2 lw] + Cov_p[d lw]`` under its normalised weights ``p``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "COLLAPSE_FRAC",
+    "Evaluation",
+    "PopulationFit",
+    "PriorSpec",
+    "ShapePrior",
+    "evaluate",
+    "fit",
+]
+
+logger = logging.getLogger(__name__)
+
+#: a galaxy's weights have collapsed when their ESS is below this fraction of its draws
+COLLAPSE_FRAC = 0.1
+
+#: draws per block of the evaluation (whole galaxies, at least one): its float64
+#: temporaries stay in the processor's cache, and memory does not grow with the galaxies
+BLOCK_DRAWS = 8_192
+
+
+class PriorSpec(dict):
+    """A prior read back from posterior.nc attrs or the population sidecar (``{"kind",
+    "args"}``) with the attributes :func:`shearbatch.core.priors.to_distribution` reads."""
+
+    @property
+    def kind(self) -> str:
+        return self["kind"]
+
+    @property
+    def args(self) -> tuple[float, ...]:
+        return tuple(float(a) for a in self["args"])
+
+
+class PopulationFit(NamedTuple):
+    """The maximum of the pooled marginal likelihood.
+
+    g: (2,) estimate; cov: (2, 2) inverse curvature ``(-H)^-1`` (NaN when ``H`` is not
+    negative definite); log_l: ``log L(g)``; n_steps; converged: the Newton step fell
+    below ``tol``; ess: (N,) per-galaxy ESS of the weights at ``g``; n_draws: (N,)
+    valid draws per galaxy; collapsed: (N,) ``ess < COLLAPSE_FRAC n_draws``;
+    n_galaxies: galaxies with finite ``L_i`` that entered the fit. The NumPy fit
+    (:func:`fit`) also returns each galaxy's gradient (N, 2) and Hessian (N, 2, 2) of
+    ``log L_i`` at ``g`` (``galaxy_grad``, ``galaxy_hess``; NaN for a galaxy without
+    support), what the delete-one-group jackknife needs; None from the JAX fit.
+    """
+
+    g: np.ndarray
+    cov: np.ndarray
+    log_l: float
+    n_steps: int
+    converged: bool
+    ess: np.ndarray
+    n_draws: np.ndarray
+    collapsed: np.ndarray
+    n_galaxies: int
+    galaxy_grad: np.ndarray | None = None
+    galaxy_hess: np.ndarray | None = None
+
+    @property
+    def err(self) -> np.ndarray:
+        """(2,) standard errors ``sqrt(diag cov)``."""
+        return np.sqrt(np.diag(self.cov))
+
+
+# --------------------------------------------------------------------------- the prior
+
+
+class _Component(NamedTuple):
+    kind: str  # "normal", "uniform" or "flat"
+    a: float
+    b: float
+
+
+def _component(p: Any) -> _Component:
+    """One component of the population prior as :func:`core.population.shape_log_prior`
+    evaluates it: a truncated normal by its untruncated normal, a log-normal by its base
+    normal (``getattr(d, "base_dist", d)`` of its NumPyro distribution)."""
+    a = tuple(float(x) for x in p.args)
+    if p.kind in ("normal", "truncnormal"):
+        return _Component("normal", a[0], a[1])
+    if p.kind == "lognormal":
+        return _Component("normal", math.log(a[0]), a[1])
+    if p.kind == "uniform":
+        return _Component("uniform", a[0], a[1])
+    if p.kind == "flat":
+        return _Component("flat", 0.0, 0.0)
+    raise TypeError(f"not a distribution: {p!r}")
+
+
+class ShapePrior:
+    """``log p_e(e1, e2)`` of the population's intrinsic-shape priors (two
+    :class:`shearbatch.spec.Prior`-like objects with ``kind`` and ``args``), with the
+    first and second derivatives of each component: the density
+    :func:`shearbatch.core.population.shape_log_prior` evaluates (``-inf`` outside a
+    component's support and outside ``|e| < 1``)."""
+
+    def __init__(self, e1_prior: Any, e2_prior: Any):
+        self.components = (_component(e1_prior), _component(e2_prior))
+
+    @classmethod
+    def from_json(cls, priors: Sequence[Any]) -> ShapePrior:
+        """From ``[{"kind", "args"}, {"kind", "args"}]`` (the sidecar's ``population``)."""
+        return cls(*(PriorSpec(p) for p in priors))
+
+    @staticmethod
+    def _one(c: _Component, x: np.ndarray, order: int):
+        if c.kind == "normal":  # NumPyro's Normal.log_prob
+            z = x - c.a
+            z /= c.b
+            lp = z * z
+            lp *= -0.5
+            lp -= math.log(math.sqrt(2 * math.pi) * c.b)
+            if order == 0:
+                return lp, None, None
+            z /= -c.b
+            return lp, z, -1.0 / (c.b * c.b)
+        if c.kind == "uniform":
+            inside = (x >= c.a) & (x <= c.b)
+            lp = np.where(inside, -math.log(c.b - c.a), -np.inf)
+        else:  # flat: real line
+            lp = np.where(np.isfinite(x), 0.0, -np.inf)
+        if order == 0:
+            return lp, None, None
+        return lp, np.zeros_like(x), 0.0
+
+    def __call__(self, e1: np.ndarray, e2: np.ndarray, order: int = 0):
+        """``(log p_e, (d/de1, d/de2), (d2/de1^2, d2/de2^2))`` (the derivatives None for
+        ``order = 0``; the second ones are constants, floats, for every kind here)."""
+        l1, a1, aa1 = self._one(self.components[0], e1, order)
+        l2, a2, aa2 = self._one(self.components[1], e2, order)
+        l1 += l2
+        r = e1 * e1
+        r += e2 * e2
+        outside = r >= 1.0
+        if outside.any():
+            np.copyto(l1, -np.inf, where=outside)
+        return l1, (a1, a2), (aa1, aa2)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+class Evaluation(NamedTuple):
+    """Per-galaxy ``log L_i(g)`` (N,) (``-inf`` without support), valid draws (N,), the
+    ESS of the weights (N,), and with ``order = 2`` the gradient (N, 2) and Hessian
+    (N, 2, 2) of ``log L_i`` (NaN without support)."""
+
+    terms: np.ndarray
+    n_draws: np.ndarray
+    ess: np.ndarray
+    grad: np.ndarray | None
+    hess: np.ndarray | None
+
+
+def _block(g: np.ndarray, eps: np.ndarray, base: np.ndarray, prior: ShapePrior, order: int):
+    """One block of galaxies: eps (n, K, 2), base (n, K) (any float type; NaN draws count
+    as missing) -> per-galaxy (terms, k, ess, grad, hess). Written with in-place operations
+    (the time is the number of passes over (n, K) arrays)."""
+    p1 = np.array(eps[..., 0], np.float64)
+    p2 = np.array(eps[..., 1], np.float64)
+    lb = np.array(base, np.float64)
+    good = np.isfinite(p1)
+    good &= np.isfinite(p2)
+    good &= ~np.isnan(lb)
+    if not good.all():  # a missing draw: weight 0 (core.population: base -inf, eps 0)
+        bad = ~good
+        np.copyto(lb, -np.inf, where=bad)
+        np.copyto(p1, 0.0, where=bad)
+        np.copyto(p2, 0.0, where=bad)
+    k = np.count_nonzero(np.isfinite(lb), axis=-1)
+    g1, g2 = float(g[0]), float(g[1])
+    # W = 1 - g* eps = u - i d2;  e = (eps - g) / W  (core.population.decompose)
+    u = p1 * g1
+    u += p2 * g2
+    np.subtract(1.0, u, out=u)
+    d2 = p2 * g1
+    d2 -= p1 * g2
+    den = u * u
+    den += d2 * d2
+    n1, n2 = p1 - g1, p2 - g2
+    e1 = n1 * u
+    e1 -= n2 * d2
+    e1 /= den
+    e2 = n2 * u
+    e2 += n1 * d2
+    e2 /= den
+    del n1, n2
+    lp, (a1, a2), (aa1, aa2) = prior(e1, e2, order)
+    s = g1 * g1 + g2 * g2
+    lw = np.log(den)
+    lw *= -2.0
+    lw += 2.0 * math.log1p(-s)
+    lw += lp
+    lw += lb  # -inf where the draw is missing or outside the interim support
+    del lp, lb
+    amax = lw.max(axis=-1)
+    amax[~np.isfinite(amax)] = 0.0
+    w = lw - amax[:, None]
+    np.exp(w, out=w)
+    s1 = w.sum(axis=-1)
+    s2 = np.einsum("ij,ij->i", w, w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.log(s1) + amax - np.log(np.maximum(k, 1))
+        ess = np.where(s2 > 0, s1 * s1 / np.where(s2 > 0, s2, 1.0), 0.0)
+    if order == 0:
+        return terms, k, ess, None, None
+    # 1/W = q1 + i q2; e eps = r1 + i r2; d e/d g* = e eps / W = c1 + i c2
+    q1 = u / den
+    q2 = d2 / den
+    r1 = e1 * p1
+    r1 -= e2 * p2
+    r2 = e1 * p2
+    r2 += e2 * p1
+    del e1, e2
+    c1 = r1 * q1
+    c1 -= r2 * q2
+    c2 = r1 * q2
+    c2 += r2 * q1
+    x11, x21 = c1 - q1, c2 - q2  # d e1 / d g1, d e2 / d g1
+    x12 = c2
+    x12 += q2  # d e1 / d g2
+    x22 = c1
+    x22 += q1
+    x22 *= -1.0  # d e2 / d g2
+    del c1, c2
+    # 1/W^2 = t1 + i t2; eps / W^2 = v1 + i v2 (= -d2e/dg dg*); d2e/dg*^2 = 2 e eps^2/W^2
+    t1 = q1 * q1
+    t1 -= q2 * q2
+    t2 = q1 * q2
+    t2 *= 2.0
+    del q1, q2
+    v1 = p1 * t1
+    v1 -= p2 * t2
+    v2 = p1 * t2
+    v2 += p2 * t1
+    del t1, t2
+    b1 = r1 * v1
+    b1 -= r2 * v2
+    b1 *= 2.0
+    b2 = r1 * v2
+    b2 += r2 * v1
+    b2 *= 2.0
+    del r1, r2
+    # log p_e(e(g)): gradient and Hessian (the components are independent)
+    G1 = a1 * x11
+    G1 += a2 * x21
+    G2 = a1 * x12
+    G2 += a2 * x22
+    v1 *= 2.0
+    v2 *= 2.0
+    H11 = x11 * x11
+    H11 *= aa1
+    H11 += aa2 * (x21 * x21)
+    H11 += a1 * (b1 - v1)
+    H11 += a2 * (b2 - v2)
+    H12 = x11 * x12
+    H12 *= aa1
+    H12 += aa2 * (x21 * x22)
+    H12 += a1 * b2
+    H12 -= a2 * b1
+    H22 = x12 * x12
+    H22 *= aa1
+    H22 += aa2 * (x22 * x22)
+    b1 += v1
+    b2 += v2
+    H22 -= a1 * b1
+    H22 -= a2 * b2
+    del x11, x12, x21, x22, b1, b2, v1, v2
+    # -2 log |W|^2: h = grad |W|^2 / |W|^2, Hessian of |W|^2 = 2 |eps|^2 I
+    h1 = u * p1
+    h1 -= d2 * p2
+    h1 *= -2.0
+    h1 /= den
+    h2 = u * p2
+    h2 += d2 * p1
+    h2 *= -2.0
+    h2 /= den
+    diag = p1 * p1
+    diag += p2 * p2
+    diag *= 4.0
+    diag /= den
+    G1 -= 2.0 * h1
+    G2 -= 2.0 * h2
+    H11 -= diag
+    H22 -= diag
+    hh = h1 * h1
+    hh *= 2.0
+    H11 += hh
+    np.multiply(h1, h2, out=hh)
+    hh *= 2.0
+    H12 += hh
+    np.multiply(h2, h2, out=hh)
+    hh *= 2.0
+    H22 += hh
+    del h1, h2, hh, diag
+    H11 += G1 * G1
+    H12 += G1 * G2
+    H22 += G2 * G2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w /= s1[:, None]  # normalised weights; NaN for a galaxy without support
+    sums = [np.einsum("ij,ij->i", w, x) for x in (G1, G2, H11, H12, H22)]
+    broken = np.isfinite(terms) & ~np.all(np.isfinite(sums), axis=0)
+    if broken.any():  # a non-finite derivative at a draw of weight 0: leave it out
+        zero = ~np.isfinite(lw)
+        for x in (G1, G2, H11, H12, H22):
+            np.copyto(x, 0.0, where=zero)
+        sums = [np.einsum("ij,ij->i", w, x) for x in (G1, G2, H11, H12, H22)]
+    m1, m2, e11, e12, e22 = sums
+    # 2 log(1 - |g|^2): the same for every draw
+    j = 1.0 - s
+    grad = np.stack([m1 - 4.0 * g1 / j, m2 - 4.0 * g2 / j], axis=-1)
+    jh = np.array([[g1 * g1, g1 * g2], [g1 * g2, g2 * g2]]) * (-8.0 / (j * j))
+    jh -= np.eye(2) * (4.0 / j)
+    hess = np.empty((len(terms), 2, 2))
+    hess[:, 0, 0] = e11 - m1 * m1 + jh[0, 0]
+    hess[:, 0, 1] = hess[:, 1, 0] = e12 - m1 * m2 + jh[0, 1]
+    hess[:, 1, 1] = e22 - m2 * m2 + jh[1, 1]
+    return terms, k, ess, grad, hess
+
+
+def evaluate(
+    g: Any,
+    eps: np.ndarray,
+    log_base: np.ndarray,
+    prior: ShapePrior,
+    order: int = 0,
+    index: np.ndarray | None = None,
+    threads: int = 1,
+) -> Evaluation:
+    """Per-galaxy ``log L_i(g)`` (and with ``order = 2`` its gradient and Hessian) of
+    draws ``eps`` (N, K, 2) with per-draw ``log_base`` (N, K), in float64 whatever their
+    dtype, a block of galaxies (:data:`BLOCK_DRAWS` draws) at a time; ``index``: the
+    galaxies to evaluate (rows of ``eps``; default all), read a block at a time (no copy of
+    the selection); ``threads``: blocks evaluated by that many threads (NumPy releases the
+    GIL inside its loops; each galaxy's result is the same whatever the threads)."""
+    g = np.asarray(g, np.float64)
+    n = len(eps) if index is None else len(index)
+    terms, k, ess = np.empty(n), np.empty(n, np.int64), np.empty(n)
+    grad = np.empty((n, 2)) if order else None
+    hess = np.empty((n, 2, 2)) if order else None
+    per = max(1, BLOCK_DRAWS // max(1, int(np.shape(eps)[1]) if np.ndim(eps) > 1 else 1))
+    blocks = [slice(i, min(i + per, n)) for i in range(0, n, per)]
+
+    def one(sl: slice) -> None:
+        rows = sl if index is None else index[sl]
+        t, kk, e, gr, h = _block(g, eps[rows], log_base[rows], prior, order)
+        terms[sl], k[sl], ess[sl] = t, kk, e
+        if order:
+            grad[sl], hess[sl] = gr, h
+
+    if threads > 1 and len(blocks) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(blocks))) as ex:
+            for _ in ex.map(one, blocks):
+                pass
+    else:
+        for sl in blocks:
+            one(sl)
+    return Evaluation(terms, k, ess, grad, hess)
+
+
+def _totals(ev: Evaluation, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(sum_i w_i log L_i, its gradient, its Hessian)`` over the galaxies with w > 0."""
+    sel = w > 0
+    with np.errstate(invalid="ignore"):  # 0 * -inf for a galaxy left out
+        ll = float(np.sum(np.where(sel, w * ev.terms, 0.0)))
+    if ev.grad is None:
+        return ll, None, None
+    gr = np.sum(w[sel, None] * ev.grad[sel], axis=0)
+    h = np.sum(w[sel, None, None] * ev.hess[sel], axis=0)
+    return ll, gr, h
+
+
+def fit(
+    eps: np.ndarray,
+    log_base: np.ndarray,
+    prior: ShapePrior,
+    *,
+    weight: Any = None,
+    g0: Any = (0.0, 0.0),
+    max_steps: int = 60,
+    tol: float = 1e-10,
+    index: np.ndarray | None = None,
+    threads: int = 1,
+) -> PopulationFit:
+    """:func:`shearbatch.core.population.fit` in NumPy: the maximum of ``sum_i weight_i
+    log L_i(g)`` over ``|g| < 1`` by the same damped Newton from ``g0`` (the Newton step
+    when ``H`` is negative definite, else a gradient step of at most 0.05; halved until
+    ``log L`` does not decrease and ``|g| < 1``; stops when the step is below ``tol``), and
+    its curvature. Galaxies without support at ``g0`` are left out (and counted).
+    ``index`` selects rows of ``eps`` / ``log_base`` without copying them; ``threads``:
+    see :func:`evaluate`. Each trial point is evaluated with its derivatives at once (an
+    accepted step, the usual case, needs them next)."""
+    n = len(eps) if index is None else len(index)
+    w = np.ones(n) if weight is None else np.asarray(weight, np.float64)
+    g = np.asarray(g0, np.float64)
+
+    def full(gg):
+        return evaluate(gg, eps, log_base, prior, 2, index, threads)
+
+    ev = full(g)
+    ok = np.isfinite(ev.terms)
+    if not np.all(ok | (w == 0)):
+        logger.info("population fit: %d galaxies without support at g0 left out",
+                    int(np.sum(~ok & (w > 0))))  # fmt: skip
+    w = np.where(ok, w, 0.0)
+    ll, gr, h = _totals(ev, w)
+    converged, steps = False, 0
+    while steps < max_steps:
+        steps += 1
+        try:
+            neg_def = bool(np.all(np.linalg.eigvalsh(h) < 0))
+        except np.linalg.LinAlgError:
+            neg_def = False
+        if neg_def:
+            step = -np.linalg.solve(h, gr)
+        else:  # far from the maximum: a gradient step of at most 0.05 in g
+            step = gr * min(1.0, 0.05 / max(float(np.linalg.norm(gr)), 1e-300))
+        t = 1.0
+        while True:
+            trial = g + t * step
+            if float(np.sum(trial * trial)) < 1.0:
+                ev_t = full(trial)
+                val, gr_t, h_t = _totals(ev_t, w)
+                if math.isfinite(val) and val >= ll - 1e-12 * abs(ll):
+                    break
+            t *= 0.5
+            if t < 1e-12:
+                break
+        moved = t * float(np.linalg.norm(step))
+        if t >= 1e-12:
+            g, ev, ll, gr, h = trial, ev_t, val, gr_t, h_t
+        if moved < tol or t < 1e-12:
+            converged = moved < tol or neg_def
+            break
+    try:
+        cov = np.linalg.inv(-h)
+        if not np.all(np.linalg.eigvalsh(-h) > 0):
+            cov = np.full((2, 2), np.nan)
+    except np.linalg.LinAlgError:
+        cov = np.full((2, 2), np.nan)
+    return PopulationFit(g, cov, float(ll), steps, bool(converged), ev.ess, ev.n_draws,
+                         ev.ess < COLLAPSE_FRAC * ev.n_draws, int(np.sum(w > 0)), ev.grad,
+                         ev.hess)  # fmt: skip
