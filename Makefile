@@ -11,7 +11,7 @@ OUT    ?= results/demo
 CONSTRAINTS ?= constraints.txt
 PIN    := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 
-.PHONY: help demo test test-slow test-slurm lint docs constraints clean
+.PHONY: help demo test test-slow test-slurm test-gpu lint docs constraints clean
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,6 +59,12 @@ test-slow: $(VENV)/.installed-test  ## the long statistical tier (pytest -m slow
 # SLURM for it (ci/start_slurm.sh, root) and stops it afterwards.
 test-slurm: $(VENV)/.installed-test  ## the SLURM tier (pytest -m slurm; skipped without sbatch)
 	PATH=/usr/sbin:$$PATH $(BIN)/python -m pytest -q -m slurm -rs --durations=5
+
+# the `gpu` tier (tests/gpu/): small campaigns at each level on the GPU against the CPU, the
+# memory guard, bias-stats on a GPU node (`make test` deselects it; skipped, with the reason,
+# where JAX sees no GPU). On a node without network: ci/gpu_check.sh (carried wheels).
+test-gpu: $(VENV)/.installed-test  ## the GPU tier (pytest -m gpu; skipped without a GPU)
+	$(BIN)/python -m pytest -q -m gpu tests/gpu -rs --durations=10
 
 lint: $(VENV)/.installed-test  ## ruff check + format check
 	$(BIN)/ruff check src tests bench
