@@ -196,3 +196,23 @@ def _version_option() -> Any:
     return click.version_option(
         None, "--version", message=_version_message(), help="Show the versions and exit."
     )
+
+
+class _BatchSize(click.ParamType):
+    """``--batch-size``: a number of lanes >= 1, or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
+        if isinstance(value, int) or value is None:
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            return int(text)
+        except ValueError:
+            self.fail(f"auto or a number of realizations >= 1, got {value!r}", param, ctx)
+
+
+BATCH_SIZE = _BatchSize()

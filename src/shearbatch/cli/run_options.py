@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..core.methods import names as method_names
-from .options import _help, _version_option
+from .options import BATCH_SIZE, _help, _version_option
 
 _X64_HELP = (
     "Precision of generation and inference: --x64 float64 (set once per run by shearbatch.runtime), --no-x64 float32 "
@@ -19,26 +19,6 @@ _CACHE_HELP = (
     "skip compilation (array tasks that start together take turns to compile: one compiles, "
     "the others read); 'off' disables it."
 )
-
-
-class _BatchSize(click.ParamType):
-    """``--batch-size``: a number of lanes >= 1, or ``auto``."""
-
-    name = "N|auto"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
-        if isinstance(value, int) or value is None:
-            return value
-        text = str(value).strip().lower()
-        if text == "auto":
-            return "auto"
-        try:
-            return int(text)
-        except ValueError:
-            self.fail(f"auto or a number of realizations >= 1, got {value!r}", param, ctx)
-
-
-BATCH_SIZE = _BatchSize()
 
 
 @click.option(
@@ -175,10 +155,9 @@ BATCH_SIZE = _BatchSize()
     default=None,
     metavar="N|auto",
     help=_help(
-        "Realizations per compiled batch (lanes of one jit(vmap) program; memory grows with "
-        "it). auto: the most lanes that fit the memory budget, from XLA's memory analysis "
-        "of the compiled program (the choice and its reason are logged). A batch that does "
-        "not fit runs in lane chunks that do.",
+        "Realizations per compiled batch (lanes of one jit(vmap) program). auto: the most "
+        "lanes that fit the memory budget by XLA's memory analysis of the compiled program "
+        "(logged with why); a batch that does not fit runs in lane chunks that do.",
         config="campaign.batch_size",
     ),
 )
