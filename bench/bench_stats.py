@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -128,6 +127,17 @@ def run_once(root: Path, src: Path | None, cap: float) -> dict:
     }
 
 
+def _commit_of(src: Path | None) -> str | None:
+    """The commit of the checkout whose code ran (``--src``, else this one)."""
+    where = h.ROOT if src is None else src
+    try:
+        out = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], check=True,
+                             capture_output=True, text=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
 def draw(fig, rec: dict) -> None:
     """Wall time by stage per label against the target, and the peak memory."""
     runs = rec["runs"]
@@ -154,8 +164,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--label", default="after", help="this run's name in the record")
     ap.add_argument("--rss-cap-gb", type=float, default=8.0, help="kill the run above this")
     args = ap.parse_args(argv)
-    if shutil.which("git") is None:  # pragma: no cover - provenance only
-        print("git not found: no commit recorded")
     info = h.provenance(None)
     h.banner(info)
     table = h.Table([("label", "8s"), ("wall_s", "7.1f"), ("startup", "7.1f"),
@@ -191,10 +199,12 @@ def main(argv: list[str] | None = None) -> dict:
         "passed": bool(med["wall_s"] is not None and med["wall_s"] <= TARGET_S
                        and all(r["exit_code"] in (0, 1, 3) for r in reps)),
         "repeats": reps,
-        "code": str(args.src.name if args.src else "this checkout"),
+        "code": "this checkout" if args.src is None else f"--src {args.src.name}",
+        "code_commit": _commit_of(args.src),
         **info,
     }  # fmt: skip
     rec["settings"] = h.settings(args)
+    rec["git"] = info["git"]  # the checkout that ran the last label (its code: runs.*.code)
     return h.write_json(rec, out, draw=draw)
 
 
