@@ -11,7 +11,9 @@ reader processes being smaller) and of the whole process tree (``/proc`` sampled
 - extraction: until ``extracted ... summary.csv``;
 - fit: the analysis (summary and sidecar read back, the pooled fit, the jackknife) and the
   figures, until the ``requirement ...`` line;
-- report: the HTML report (provenance, stamps), until the end.
+- report: the HTML report (provenance, stamps), until the end;
+
+and the size of the population sidecar it wrote (the pooled fit's input: float32 draws).
 
 Each repeat first removes the campaign's summary.csv and sidecar, so bias-stats extracts.
 The campaign is made once, outside the repository, niced (not timed)::
@@ -110,6 +112,7 @@ def run_once(root: Path, src: Path | None, cap: float) -> dict:
     for name, end in zip(("startup_s", "extraction_s", "fit_s", "report_s"), ends, strict=True):
         stages[name] = None if end is None else round(end - last, 2)
         last = end if end is not None else last
+    sidecar = root / "summary.population.npz"
     found = next((ln for ln in lines if MARKS["startup"].search(ln)), "")
     n_dirs = int(re.search(r"found (\d+)", found).group(1)) if found else None
     pop = next((ln.strip() for ln in lines if "population estimator pooled" in ln), None)
@@ -120,6 +123,7 @@ def run_once(root: Path, src: Path | None, cap: float) -> dict:
         **stages,
         "peak_rss_main_mb": round(usage.ru_maxrss / 1024, 1),
         "peak_rss_tree_mb": round(peak[0] / 2**20, 1),
+        "sidecar_mb": round(sidecar.stat().st_size / 2**20, 1) if sidecar.is_file() else None,
         "n_dirs": n_dirs,
         "population_line": pop,
         "m1_line": next((ln.strip() for ln in lines if ln.strip().startswith("m1 =")), None),
@@ -152,9 +156,19 @@ def draw(fig, rec: dict) -> None:
     ax.set_ylabel("seconds (median)")
     ax.set_title(f"bias-stats --input: {rec['n_realizations']} Level 2 realizations", fontsize=10)
     ax.legend(fontsize=8)
-    ax2.bar(labels, [runs[lb]["median"]["peak_rss_tree_mb"] or 0 for lb in labels], color="C5")
-    ax2.set_ylabel("peak RSS of the process tree (MB)")
+    x = range(len(labels))
+    for i, (key, name) in enumerate((("peak_rss_main_mb", "main process"),
+                                     ("peak_rss_tree_mb", "process tree"))):  # fmt: skip
+        ax2.bar([v + 0.4 * (i - 0.5) for v in x], [runs[lb]["median"][key] or 0 for lb in labels],
+                width=0.4, color=f"C{5 + i}", label=name)  # fmt: skip
+    side = [runs[lb]["median"].get("sidecar_mb") for lb in labels]
+    if any(side):
+        ax2.axhline(max(v for v in side if v), color="C3", ls="--",
+                    label="the pooled fit's input (the sidecar's draws)")  # fmt: skip
+    ax2.set_xticks(list(x), labels)
+    ax2.set_ylabel("peak RSS (MB, median)")
     ax2.set_title("memory", fontsize=10)
+    ax2.legend(fontsize=8)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -204,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
         **info,
     }  # fmt: skip
     rec["settings"] = h.settings(args)
-    rec["git"] = info["git"]  # the checkout that ran the last label (its code: runs.*.code)
+    rec["info"] = info  # the last label's run: its machine, load and checkout (runs.*.code)
     return h.write_json(rec, out, draw=draw)
 
 
