@@ -35,7 +35,7 @@ from .core.batching import (
     pad_to,
     realization_keys,
 )
-from .core.checks import chi2_fn, misfit
+from .core.checks import chi2_program, misfit
 from .core.convergence import Convergence
 from .core.generate import FIELDS, SimBatch
 from .core.generators import simulate
@@ -400,11 +400,20 @@ def run_campaign(
                     ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
     chunk = lane_chunk_for(lane_chunk, spec)
     method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
+    auto_kind, auto_n = default_writers()
+    writer_kind, writers = writer_kind or auto_kind, writers or auto_n
+    # writer processes start now, so that their interpreters start while the program compiles
+    sink = WriterPool(writers, 2 * int(batch_size) if batch_size != "auto" else 2, writer_kind,
+                      start=True) if overlap else _Serial()  # fmt: skip
     # the deadline is checked for the first batch before its program is compiled (as when
     # the compile happened in its first call); the compile counts in the first batch's time
     first_ok, t_plan = deadline is None or time.time() < deadline, time.perf_counter()
-    lanes = plan_lanes(spec, program, batch_size, len(todo), budget=memory_budget,
-                       multiple=n_dev * (chunk or 1))  # fmt: skip
+    try:
+        lanes = plan_lanes(spec, program, batch_size, len(todo), budget=memory_budget,
+                           multiple=n_dev * (chunk or 1))  # fmt: skip
+    except BaseException:
+        sink.close(abandon=True)
+        raise
     t_plan = time.perf_counter() - t_plan
     logger.info("%s", lanes.why)
     batch_size = lanes.batch
@@ -413,10 +422,8 @@ def run_campaign(
     if (width := chunk_width(per_device, chunk)) is not None:
         logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
                     width, per_device // width)  # fmt: skip
-    check = batched(chi2_fn(spec.model))  # the residual at each estimate (core/checks.py)
+    check = chi2_program(spec.model)  # the residual at each estimate (core/checks.py)
     dtype = str(jnp.result_type(float))
-    auto_kind, auto_n = default_writers()
-    writer_kind, writers = writer_kind or auto_kind, writers or auto_n
     status: dict[str, str] = {}
     times, pulls, stopped = [], {}, None
     bar = _progress_bar(progress, len(todo), spec.method)
@@ -425,7 +432,8 @@ def run_campaign(
                 f"{writers} background {writer_kind} writer(s)" if overlap else "serial writes")  # fmt: skip
     if n_orphans := sum(clean_orphans(out_dir(output_dir, r)) for r in todo):
         logger.info("removed %d temporary file(s) left by a killed run", n_orphans)
-    sink = WriterPool(writers, 2 * batch_size, writer_kind) if overlap else _Serial()
+    if isinstance(sink, WriterPool):
+        sink.bound(2 * batch_size)  # at most two batches wait to be written
     try:
         for ib, batch in enumerate(batches):
             if stop is not None and stop.is_set():

@@ -401,7 +401,8 @@ class WriterPool:
     ``"process"`` (spawned processes, which import no JAX; a record is pickled).
     """
 
-    def __init__(self, workers: int = 2, max_pending: int = 128, kind: str = "thread"):
+    def __init__(self, workers: int = 2, max_pending: int = 128, kind: str = "thread",
+                 start: bool = False):  # fmt: skip
         if kind not in ("thread", "process"):
             raise ValueError(f"writer kind must be 'thread' or 'process', got {kind!r}")
         self.kind, self.written = kind, []
@@ -425,6 +426,13 @@ class WriterPool:
         else:
             ctx = multiprocessing.get_context("spawn")
             self._ex = cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_ignore_signals)
+            if start:  # spawn every worker now (not at the first writes): their interpreters
+                for _ in range(workers):  # start in the background meanwhile
+                    self._ex.submit(os.getpid)
+
+    def bound(self, max_pending: int) -> None:
+        """Set how many realizations may wait to be written (before the first submit)."""
+        self._slots = threading.BoundedSemaphore(max(1, max_pending))
 
     @property
     def error(self) -> WriteError | None:
