@@ -207,20 +207,27 @@ class Lanes(NamedTuple):
     #: one line: what was chosen and why
     why: str
 
-    def run(self, program: Callable[..., Any], keys: jax.Array, images: jax.Array) -> Any:
-        """The batch's draws on the host: one call of the program, or one per lane chunk
-        of ``width`` (each chunk's outputs copied to the host as it ends)."""
+    def run(
+        self, program: Callable[..., Any], keys: jax.Array, images: jax.Array,
+        check: Callable[..., Any] | None = None,
+    ) -> tuple[Any, np.ndarray | None]:  # fmt: skip
+        """The batch's draws on the host, and ``check(samples, images)`` per lane (None
+        without ``check``), computed on the device before the draws leave it: one call of
+        the program, or one per lane chunk of ``width`` (each chunk copied to the host as
+        it ends)."""
         fn = self.compiled if self.compiled is not None else program
         n, w = keys.shape[0], self.width
-        if w >= n:
-            return jax.tree.map(np.asarray, fn(keys, images))
         parts = []
-        for i in range(0, n, w):
+        for i in range(0, n, min(w, n)):
             k, im = keys[i : i + w], images[i : i + w]
-            if short := w - k.shape[0]:  # the last chunk, padded with its last lane
+            if short := max(0, w - k.shape[0]) if w < n else 0:  # the last chunk, padded
                 k, im = (jnp.concatenate([a, jnp.repeat(a[-1:], short, axis=0)]) for a in (k, im))
-            out = jax.tree.map(np.asarray, fn(k, im))
-            parts.append(jax.tree.map(lambda a, m=w - short: a[:m], out))
+            out = fn(k, im)
+            c = check(out.samples, im) if check is not None else None
+            m = k.shape[0] - short
+            parts.append(jax.tree.map(lambda a, m=m: np.asarray(a)[:m], (out, c)))
+        if len(parts) == 1:
+            return parts[0]
         return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts)
 
 
@@ -454,10 +461,10 @@ def run_campaign(
                 logger.info("batch 1 lanes per device: %s", ", ".join(
                     f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
                 draws = jax.tree.map(np.asarray, out)
+                chi2 = np.asarray(check(draws.samples, sim.images))
             else:
-                draws = lanes.run(program, keys, sim.images)
+                draws, chi2 = lanes.run(program, keys, sim.images, check)
             t_infer = time.perf_counter() - t1
-            chi2 = np.asarray(check(draws.samples, sim.images))
             report = {"index": ib, "size": batch_size, "n_real": len(batch)}
             if method.batch_report:  # lanes in lockstep: a chunk, or a device's lanes
                 report.update(method.batch_report(draws, lockstep=width or per_device))
@@ -511,7 +518,8 @@ def default_writers(cores: int | None = None) -> tuple[str, int]:
     """``(kind, n)`` of the background writers on a machine of ``cores`` usable cores
     (default: this process's CPU affinity). netCDF-C is not thread-safe, so writer
     threads take turns on its files (and share the GIL): on a node with cores to spare
-    (a GPU node: >= 4) spawned processes write in parallel, half the cores, at most 8;
+    (a GPU node: >= 4) spawned processes write in parallel, all cores but two (the
+    engine's own threads), at most 16;
     on a small machine, whose cores the inference itself uses, two threads."""
     import os
 
@@ -521,7 +529,7 @@ def default_writers(cores: int | None = None) -> tuple[str, int]:
         except AttributeError:  # pragma: no cover - not Linux
             cores = os.cpu_count() or 1
     if cores >= 4:
-        return "process", min(8, cores // 2)
+        return "process", min(16, cores - 2)
     return "thread", 2
 
 
