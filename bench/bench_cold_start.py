@@ -8,9 +8,10 @@ same root with ``--second-n`` (24: the 32 complete images are skipped, 64 new on
 batches). From each process's log (its time stamps and the lines ``batch k/n: ... in T s
 (simulation S s, inference I s)``):
 
-- ``setup_s``: JAX configured -> the first batch starts. The engine compiles its program
-  ahead of the first batch (for the memory check), so the trace, lowering and compile
-  that the issue measured inside the first batch's "inference" happen here;
+- ``setup_s``: JAX configured -> the first batch starts (the engine's ``campaign:`` line).
+  The engine compiles its program ahead of the first batch (for the memory check), so
+  the trace, lowering and compile that the issue measured inside the first batch's
+  "inference" happen here;
 - ``first_inference_s`` = ``setup_s`` + the first batch's inference, against
   ``warm_inference_s`` (the median of the later batches'), and their ratio (target for
   the second process: at most 1.5; the issue measured 12.9 s against 5.3 s, 2.4x);
@@ -19,7 +20,8 @@ batches). From each process's log (its time stamps and the lines ``batch k/n: ..
   batch's wall; the process's wall time, its persistent-cache hits and misses, and the
   exported programs it wrote or loaded (``shearbatch/exported.py``).
 
-Both modes, each in its own fresh root, ``--repeats`` times (medians):
+Both modes, each in its own fresh root, ``--repeats`` times (medians; the order of the
+modes alternates between repeats, against the drifts of a shared machine's load):
 
 - ``before``: ``SHEARBATCH_EXPORT=off``, every process traces its programs (the
   persistent compilation cache only saves the XLA compile);
@@ -32,8 +34,10 @@ Prints the figures and writes ``results/benchmarks/cold_start.json`` and ``.png`
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -64,12 +68,14 @@ def _time(log: str, pattern: str) -> float | None:
 def parse(log: str) -> dict[str, Any]:
     """The figures of one bias-run process from its log.
 
-    ``setup_s``: from JAX configured (``runtime``'s line) to the first batch's start: the
-    programs built, traced or loaded, and compiled ahead for the memory check (and the
-    manifest and claims, ~0.1 s); the engine compiles before its first batch, so the
-    trace that the issue measured inside the first batch's "inference" is here.
-    ``first_inference_s``: ``setup_s`` + the first batch's inference (the issue's measure),
-    against ``warm_inference_s``, a warm batch's median."""
+    ``setup_s``: from JAX configured (``runtime``'s line) to the engine's ``campaign:``
+    line, logged just before its first batch: the programs built, traced or loaded and
+    compiled ahead for the memory check (and the manifest and claims, ~0.1 s); the trace
+    that the issue measured inside the first batch's "inference" is here now.
+    ``first_inference_s``: ``setup_s`` + the first batch's inference (the issue's
+    measure), against ``warm_inference_s``, a warm batch's median. The first batch's
+    wall and other host work are taken from the time stamps (``campaign:`` -> ``batch
+    1/``), whether or not the engine counts its set-up in the first batch's logged time."""
     batches = [{"index": int(m[1]), "of": int(m[2]), "n": int(m[3]), "wall_s": float(m[4]),
                 "simulation_s": float(m[5]), "inference_s": float(m[6])}
                for m in _BATCH.finditer(log)]  # fmt: skip
@@ -85,15 +91,19 @@ def parse(log: str) -> dict[str, Any]:
         "fallbacks": len(re.findall(r"traced with jit instead", log)),
     }
     t_cfg = _time(log, r"shearbatch\.runtime: JAX ")
+    t_loop = _time(log, r"shearbatch\.engine: campaign: \d+ realizations")
     t_b1 = _time(log, r"shearbatch\.engine: batch 1/")
-    if batches and t_cfg is not None and t_b1 is not None:
+    if batches and None not in (t_cfg, t_loop, t_b1):
         first, warm = batches[0], batches[1:]
+        rec["setup_s"] = t_loop - t_cfg
         rec["to_first_batch_s"] = t_b1 - t_cfg
-        rec["setup_s"] = max(rec["to_first_batch_s"] - first["wall_s"], 0.0)
         rec["batch1_inference_s"] = first["inference_s"]
         rec["first_inference_s"] = rec["setup_s"] + first["inference_s"]
-        for k in ("simulation_s", "other_s", "wall_s"):
-            rec[f"first_{k}"] = first[k]
+        rec["first_simulation_s"] = first["simulation_s"]
+        # from the time stamps: the engine may count its set-up in the first batch's wall
+        rec["first_wall_s"] = t_b1 - t_loop
+        rec["first_other_s"] = max(rec["first_wall_s"] - first["simulation_s"]
+                                   - first["inference_s"], 0.0)  # fmt: skip
         for k in ("inference_s", "simulation_s", "other_s", "wall_s"):
             rec[f"warm_{k}"] = h.median([b[k] for b in warm]) if warm else None
         if warm and rec["warm_inference_s"] > 0:  # (0.00 s: a program too small to time)
@@ -109,12 +119,19 @@ def bias_run(config: Path, root: Path, n: int, batch: int, export: str) -> dict[
     env["SHEARBATCH_EXPORT"] = export
     cmd = [str(BIN / "bias-run"), "--config", str(config), "--n-realizations", str(n),
            "--batch-size", str(batch), "--output-dir", str(root), "--no-progress"]  # fmt: skip
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - t0
-    if out.returncode not in (0, 1):  # 1: some realization failed (written all the same)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    rec = {"process_s": wall, "process_cpu_s": cpu, "returncode": out.returncode,
+           **parse(out.stderr)}  # fmt: skip
+    # exit 1: some realization failed, written all the same; anything else, or no batch, is
+    # a failed run (a traceback also exits 1)
+    if out.returncode not in (0, 1) or not rec["batches"]:
         raise RuntimeError(f"bias-run exit {out.returncode}:\n{out.stderr[-3000:]}")
-    return {"process_s": wall, "returncode": out.returncode, **parse(out.stderr)}
+    return rec
 
 
 def pair(config: Path, args, export: str) -> dict[str, Any]:
@@ -128,15 +145,26 @@ def pair(config: Path, args, export: str) -> dict[str, Any]:
     return {"first_process": first, "second_process": second}
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over the repeats of each process's headline figures."""
-    out = {}
+def reused(run: dict[str, Any]) -> bool:
+    """Whether a pair's second process traced nothing that its first had stored (an edit of
+    the package's source between the two, on a shared working tree, changes every key)."""
+    return run["second_process"]["exported"] == 0
+
+
+def summary(runs: list[dict[str, Any]], export: bool) -> dict[str, Any]:
+    """Medians over the repeats of each process's headline figures (with export on: over
+    the pairs whose second process reused the first's programs, :func:`reused`)."""
+    out: dict[str, Any] = {"pairs": len(runs)}
+    if export:
+        out["pairs_reused"] = sum(map(reused, runs))
+        runs = [r for r in runs if reused(r)] or runs
     for proc in ("first_process", "second_process"):
         recs = [r[proc] for r in runs]
         keys = ("setup_s", "batch1_inference_s", "first_inference_s", "warm_inference_s",
                 "first_over_warm_inference", "first_simulation_s", "warm_simulation_s",
                 "first_other_s", "warm_other_s", "first_wall_s", "warm_wall_s",
-                "to_first_batch_s", "first_over_warm_wall", "process_s")  # fmt: skip
+                "to_first_batch_s", "first_over_warm_wall", "process_s",
+                "process_cpu_s")  # fmt: skip
         vals = {k: [r[k] for r in recs if r.get(k) is not None] for k in keys}
         out[proc] = {k: h.median(v) for k, v in vals.items() if v}
     return out
@@ -195,13 +223,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = h.Table([("mode", "7s"), ("process", "8s"), ("setup_s", "8.2f"), ("b1_inf_s", "9.2f"),
                      ("1st_inf_s", "10.2f"), ("warm_inf_s", "10.2f"), ("ratio", "6.2f"),
                      ("1st_sim_s", "9.2f"), ("1st_oth_s", "9.2f"), ("warm_oth_s", "10.2f"),
-                     ("proc_s", "7.1f"), ("hits", "5d"), ("miss", "5d"), ("exp", "4d"),
-                     ("load", "5d")],
+                     ("proc_s", "7.1f"), ("cpu_s", "6.1f"), ("hits", "5d"), ("miss", "5d"),
+                     ("exp", "4d"), ("load", "5d")],
                     note="1st_inf_s = setup_s (programs built/traced/loaded and compiled "
                          "before batch 1) + b1_inf_s")  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.modes}
-    for _ in range(args.repeats):
-        for mode in args.modes:
+    for i in range(args.repeats):
+        for mode in args.modes if i % 2 == 0 else args.modes[::-1]:  # against load drifts
             rec = pair(args.config, args, MODES[mode])
             runs[mode].append(rec)
             for proc in ("first_process", "second_process"):
@@ -210,19 +238,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                           r.get("first_inference_s"), r.get("warm_inference_s"),
                           r.get("first_over_warm_inference"),
                           r.get("first_simulation_s"), r.get("first_other_s"),
-                          r.get("warm_other_s"), r["process_s"], r["cache_hits"],
-                          r["cache_misses"], r["exported"], r["loaded"])  # fmt: skip
+                          r.get("warm_other_s"), r["process_s"], r["process_cpu_s"],
+                          r["cache_hits"], r["cache_misses"], r["exported"], r["loaded"])  # fmt: skip
     res = {"info": info, "settings": h.settings(args), "runs": runs,
-           "summary": {m: summary(v) for m, v in runs.items()}, "target_ratio": 1.5}  # fmt: skip
+           "summary": {m: summary(v, MODES[m] == "on") for m, v in runs.items()},
+           "target_ratio": 1.5}  # fmt: skip
     for mode, summ in res["summary"].items():
         p2 = {k: float("nan") for k in ("first_over_warm_inference", "first_over_warm_wall")}
         p2.update(summ["second_process"])
-        print(f"{mode}: second process: set-up {p2['setup_s']:.2f} s + batch 1 inference "
-              f"{p2['batch1_inference_s']:.2f} s = {p2['first_inference_s']:.2f} s against a "
-              f"warm batch's {p2['warm_inference_s']:.2f} s: {p2['first_over_warm_inference']:.2f}x "
-              f"(target <= {res['target_ratio']}); JAX configured -> batch 1 done "
-              f"{p2['to_first_batch_s']:.2f} s against a warm batch's wall "
-              f"{p2['warm_wall_s']:.2f} s: {p2['first_over_warm_wall']:.2f}x")  # fmt: skip
+        ratios = ", ".join(f"{r['second_process'].get('first_over_warm_inference', math.nan):.2f}"
+                           for r in runs[mode])  # fmt: skip
+        print(f"{mode}: second process, medians over {summ['pairs']} pair(s): set-up "
+              f"{p2['setup_s']:.2f} s, batch 1 inference {p2['batch1_inference_s']:.2f} s, "
+              f"a warm batch's {p2['warm_inference_s']:.2f} s; (set-up + batch 1) / warm "
+              f"{p2['first_over_warm_inference']:.2f}x (each pair: {ratios}; target <= "
+              f"{res['target_ratio']}); JAX configured -> batch 1 done / a warm batch's wall "
+              f"{p2['first_over_warm_wall']:.2f}x")  # fmt: skip
     return h.write_json(res, args.out, draw=draw if set(args.modes) == set(MODES) else None)
 
 
