@@ -4,7 +4,7 @@
   log-normal read as its base normal), with missing draws (NaN ellipticity, NaN and -inf
   log-weights): the same per-galaxy log L_i, gradient and Hessian as JAX's automatic
   derivatives, and the same fit (estimate to 1e-12 in g, curvature to 1e-9 relative, the
-  same steps and ESS).
+  same steps and ESS, the same status and numerical error).
 - Blocks, threads, a float32 copy read through ``index``: the same per-galaxy results.
 - A galaxy without support at the start is left out, as the docstring of both says (the
   JAX form's gradient is NaN then, and its fit stops: measured here, not relied on).
@@ -72,6 +72,9 @@ def test_numpy_fit_and_derivatives_equal_the_jax_ones(kind):
     lp, prior = pop.shape_log_prior(*PRIORS[kind]), pnp.ShapePrior(*PRIORS[kind])
     want, got = pop.fit(eps, base, lp), pnp.fit(eps, base, prior)
     assert want.converged and got.converged
+    assert got.status == want.status == "converged"
+    np.testing.assert_allclose(got.g_num_err, want.g_num_err, rtol=0, atol=1e-12)
+    assert max(got.g_num_err) < 1e-9 and got.decrement < 1e-6 and want.decrement < 1e-6
     np.testing.assert_allclose(got.g, want.g, rtol=0, atol=1e-12)
     np.testing.assert_allclose(got.cov, want.cov, rtol=1e-9)
     assert got.n_steps == want.n_steps and got.n_galaxies == want.n_galaxies == len(eps)

@@ -21,6 +21,14 @@ without that seed's galaxies taken one Newton step from the full estimate
 gradient vanishes there, so the step is exact to second order in the shift), so
 the shared galaxies and noise of a seed's pairs and rings stay together.
 
+Each grid point's fit reports its own numerical error next to its statistical one
+(:func:`shearbatch.core.population_np.fit_status`): its status (converged, line search
+failed, step budget spent) and ``g1_num_err`` / ``g2_num_err``, the Newton step left at its
+end (the distance to the likelihood's maximum; no grid is involved: Newton on the exact
+derivatives); ``num_err_m`` is the larger of the two over the grid's largest ``|g_true|``,
+what it could move m by. A fit not converged or with ``num_err_m`` above
+:data:`NUM_ERR_M_MAX` is ``flagged`` (in ``bias_results.json`` and the printed summary).
+
 The fits are :func:`shearbatch.core.population_np.fit` (NumPy, the galaxies of a grid
 point read from the sidecar's float32 arrays a block at a time, by the CPUs this process
 may use): memory beyond the sidecar's arrays does not grow with the campaign, and no
@@ -41,9 +49,12 @@ from ..core import population_np as pnp
 from ..core.population_np import PriorSpec
 from .stats import Fit, pair_table
 
-__all__ = ["PriorSpec", "from_arrays", "load_population", "pooled_fits"]
+__all__ = ["NUM_ERR_M_MAX", "PriorSpec", "from_arrays", "load_population", "pooled_fits"]
 
 logger = logging.getLogger(__name__)
+
+#: a grid point's fit is flagged when its numerical error could move m by more than this
+NUM_ERR_M_MAX = 1e-4
 
 
 def load_population(path: str | Path) -> dict[str, Any]:
@@ -83,8 +94,10 @@ def pooled_fits(
 ) -> tuple[dict, dict]:
     """``({"g1": Fit, "g2": Fit}, report)`` from the galaxies of the usable rows ``use``.
 
-    ``report``: per grid point its estimate, curvature error and galaxy count, the
-    smallest per-galaxy ESS fraction and the collapsed galaxies at the estimate.
+    ``report``: per grid point its estimate, curvature error and galaxy count, the fit's
+    status and numerical error (``flagged`` when not converged or above
+    :data:`NUM_ERR_M_MAX` in m units), the smallest per-galaxy ESS fraction and the
+    collapsed galaxies at the estimate; ``n_flagged`` of them.
     ``threads``: threads per fit (default: the CPUs this process may use).
     """
     if threads is None:
@@ -111,14 +124,25 @@ def pooled_fits(
     uniq = sorted(set(seeds))
     prior = population.get("prior") or pnp.ShapePrior(*population["priors"])
     est, jk, rep = {}, {s: {} for s in uniq}, []
+    g_scale = max(float(np.max(np.abs(points))), 1e-300)  # the grid's largest |g_true|
     for p in points:
         sel = np.all(truth == p, axis=1)
         f = pnp.fit(eps, base, prior, index=rows_of[sel], threads=threads)
         est[p] = f.g
         k = np.maximum(f.n_draws, 1)
+        num = np.asarray(f.g_num_err, float)
+        num_m = float(np.max(num)) / g_scale
+        flagged = not f.converged or not num_m <= NUM_ERR_M_MAX
+        if flagged:
+            logger.warning("pooled fit at g_true %s: %s, numerical error %.2g in g (%.2g in "
+                           "m units)", p, f.status, float(np.max(num)), num_m)  # fmt: skip
         rep.append({"g1_true": p[0], "g2_true": p[1], "g1": float(f.g[0]), "g2": float(f.g[1]),
                     "g1_err": float(f.err[0]), "g2_err": float(f.err[1]),
-                    "n_galaxies": f.n_galaxies, "converged": f.converged,
+                    "g1_num_err": float(num[0]), "g2_num_err": float(num[1]),
+                    "num_err_m": num_m, "decrement": float(f.decrement),
+                    "last_step": float(f.last_step), "n_steps": f.n_steps,
+                    "status": f.status, "converged": f.converged, "flagged": flagged,
+                    "n_galaxies": f.n_galaxies,
                     "ess_fraction_min": float(np.min(f.ess / k)),
                     "n_collapsed": int(f.collapsed.sum())})  # fmt: skip
         grad, hess = f.galaxy_grad, f.galaxy_hess  # per galaxy, at the estimate
@@ -151,4 +175,5 @@ def pooled_fits(
                          c_err, "jackknife" if cov is not None else "none", errs,
                          int(keep.sum()), g, why, None, cov, "none")  # fmt: skip
     return fits, {"grid_points": rep, "paired": paired, "n_galaxies": int(keep.sum()),
-                  "n_seeds": len(uniq)}  # fmt: skip
+                  "n_seeds": len(uniq), "num_err_m_max": NUM_ERR_M_MAX,
+                  "n_flagged": sum(r["flagged"] for r in rep)}  # fmt: skip

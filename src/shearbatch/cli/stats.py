@@ -292,6 +292,32 @@ def bias_stats(**kw: Any) -> int:
     return EXIT_CODES[res["verdict"]]
 
 
+def _numerical_line(points: list[dict[str, Any]], limit: float) -> str:
+    """One line: the pooled fits' numerical error against their statistical error, and the
+    grid points flagged (not converged, or above ``limit`` in m units)."""
+    import math
+
+    def val(p: dict[str, Any], key: str) -> float:  # unknown (None, NaN): infinite
+        v = p.get(key)
+        return math.inf if v is None or not math.isfinite(v) else float(v)
+
+    num = max(max(val(p, "g1_num_err"), val(p, "g2_num_err")) for p in points)
+    num_m = max(val(p, "num_err_m") for p in points)
+    stat = min(min(val(p, "g1_err"), val(p, "g2_err")) for p in points)
+    bad = [p for p in points if p.get("flagged", not p.get("converged", False))]
+    head = (f"pooled fits' numerical error: at most {num:.2g} in g ({num_m:.2g} in m units) "
+            f"against statistical errors of at least {stat:.2g}; ")  # fmt: skip
+    if not bad:
+        return f"  {head}all {len(points)} grid point(s) converged, none above {limit:g} in m"
+    what = ", ".join(f"({p['g1_true']:g}, {p['g2_true']:g}) {p.get('status', 'not converged')}"
+                     f" {val(p, 'num_err_m'):.2g}" for p in bad[:4])  # fmt: skip
+    more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+    return (
+        f"  WARNING {head}{len(bad)} of {len(points)} grid point(s) flagged (not "
+        f"converged or above {limit:g} in m): {what}{more}"
+    )
+
+
 def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
     from ..analysis.verdict import EXIT_CODES
     from ..core import flags as fl
@@ -318,6 +344,7 @@ def _print_stats(res: dict[str, Any], out: Path, plot_dir: Path | None) -> None:
                    f"of {pr['n_seeds']} seeds over {len(pr['grid_points'])} grid point(s); "
                    f"smallest per-galaxy ESS {worst:.2g} of the draws, {coll} galaxies with "
                    "collapsed weights at the estimate")  # fmt: skip
+        click.echo(_numerical_line(pr["grid_points"], pr.get("num_err_m_max", 1e-4)))
     for name, n in (res.get("warnings") or {}).items():
         click.echo(f"  WARNING {name} in {n} used realization(s): {fl.FLAGS[name][1]}")
     des = res.get("design") or {}

@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 # one definition of the result and of the collapse threshold for both forms of the fit
-from .population_np import COLLAPSE_FRAC, PopulationFit
+from .population_np import COLLAPSE_FRAC, PopulationFit, fit_status
 
 __all__ = [
     "COLLAPSE_FRAC",
@@ -253,7 +253,10 @@ def fit(
     draw in the population's support) are left out (and counted). Damped Newton:
     the Newton step when ``H`` is negative definite, else a gradient step; halved
     until ``log L`` does not decrease and ``|g| < 1``; stops when the step is below
-    ``tol`` (in ``g``).
+    ``tol`` (in ``g``), when the halving finds no such point, or after ``max_steps``:
+    the result's ``status``, ``g_num_err`` and ``decrement``
+    (:func:`shearbatch.core.population_np.fit_status`) say which, and how far from the
+    maximum it stopped.
     """
     with jax.enable_x64(True):  # float64 whatever the caller's flags (a thread-local scope)
         return _fit(eps, log_base, log_pe, weight, g0, max_steps, tol)
@@ -279,7 +282,7 @@ def _fit(eps, log_base, log_pe, weight, g0, max_steps, tol) -> PopulationFit:
                     int(jnp.sum(~ok & (w > 0))))  # fmt: skip
     w = jnp.where(ok, w, 0.0)
     ll, gr, h = grad_hess(g, eps, base, w)
-    converged, steps = False, 0
+    steps, stopped, last = 0, "max_steps", 0.0
     while steps < max_steps:
         steps += 1
         hn = np.asarray(h, float)
@@ -303,13 +306,17 @@ def _fit(eps, log_base, log_pe, weight, g0, max_steps, tol) -> PopulationFit:
             t *= 0.5
             if t < 1e-12:
                 break
-        moved = t * float(np.linalg.norm(step))
-        if t >= 1e-12:
-            g = trial
-            ll, gr, h = grad_hess(g, eps, base, w)
-        if moved < tol or t < 1e-12:
-            converged = moved < tol or neg_def
+        if t < 1e-12:  # no point at least as likely along the step: g stays
+            stopped = "line_search"
             break
+        moved = t * float(np.linalg.norm(step))
+        g = trial
+        ll, gr, h = grad_hess(g, eps, base, w)
+        last = moved
+        if moved < tol:
+            stopped = "small_step"
+            break
+    status, num, dec = fit_status(stopped, np.asarray(gr, float), np.asarray(h, float))
     hn = np.asarray(h, float)
     try:
         cov = np.linalg.inv(-hn)
@@ -320,5 +327,6 @@ def _fit(eps, log_base, log_pe, weight, g0, max_steps, tol) -> PopulationFit:
     lw = weights_fn(g, eps, base)
     e_s = np.asarray(ess(lw), float)
     k = np.asarray(jnp.sum(jnp.isfinite(base), axis=-1))
-    return PopulationFit(np.asarray(g, float), cov, float(ll), steps, bool(converged), e_s, k,
-                         e_s < COLLAPSE_FRAC * k, int(jnp.sum(w > 0)))  # fmt: skip
+    return PopulationFit(np.asarray(g, float), cov, float(ll), steps, status == "converged",
+                         e_s, k, e_s < COLLAPSE_FRAC * k, int(jnp.sum(w > 0)), status=status,
+                         g_num_err=num, decrement=dec, last_step=float(last))  # fmt: skip

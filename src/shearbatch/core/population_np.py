@@ -35,18 +35,33 @@ import numpy as np
 
 __all__ = [
     "COLLAPSE_FRAC",
+    "MAX_DECREMENT",
+    "STATUSES",
     "Evaluation",
     "PopulationFit",
     "PriorSpec",
     "ShapePrior",
     "evaluate",
     "fit",
+    "fit_status",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: a galaxy's weights have collapsed when their ESS is below this fraction of its draws
 COLLAPSE_FRAC = 0.1
+
+#: how a pooled fit ended: the step fell below ``tol`` at a maximum (``H`` negative
+#: definite, the remaining Newton step below :data:`MAX_DECREMENT` statistical errors);
+#: the line search found no point at least as likely (or shrank the step below ``tol``
+#: short of the maximum: a wall of zero likelihood, derivatives that disagree with the
+#: value); or the step budget ran out
+STATUSES = ("converged", "line_search_failed", "max_steps")
+
+#: a fit whose step fell below ``tol`` is converged only if the Newton step left at its
+#: end is below this many statistical errors (a true maximum leaves ~1e-8 or less:
+#: Newton converges quadratically)
+MAX_DECREMENT = 1e-3
 
 #: draws per block of the evaluation (whole galaxies, at least one): its float64
 #: temporaries stay in the processor's cache, and memory does not grow with the galaxies
@@ -70,13 +85,20 @@ class PopulationFit(NamedTuple):
     """The maximum of the pooled marginal likelihood.
 
     g: (2,) estimate; cov: (2, 2) inverse curvature ``(-H)^-1`` (NaN when ``H`` is not
-    negative definite); log_l: ``log L(g)``; n_steps; converged: the Newton step fell
-    below ``tol``; ess: (N,) per-galaxy ESS of the weights at ``g``; n_draws: (N,)
+    negative definite); log_l: ``log L(g)``; n_steps; converged: ``status ==
+    "converged"``; ess: (N,) per-galaxy ESS of the weights at ``g``; n_draws: (N,)
     valid draws per galaxy; collapsed: (N,) ``ess < COLLAPSE_FRAC n_draws``;
     n_galaxies: galaxies with finite ``L_i`` that entered the fit. The NumPy fit
     (:func:`fit`) also returns each galaxy's gradient (N, 2) and Hessian (N, 2, 2) of
     ``log L_i`` at ``g`` (``galaxy_grad``, ``galaxy_hess``; NaN for a galaxy without
     support), what the delete-one-group jackknife needs; None from the JAX fit.
+
+    The fit's own numerical error (:func:`fit_status`): ``status`` (:data:`STATUSES`);
+    ``g_num_err`` (2,): ``|(-H)^-1 grad|`` per component at ``g``, the distance to the
+    maximum of the quadratic model there (inf where ``H`` is not negative definite);
+    ``decrement``: ``sqrt(grad^T (-H)^-1 grad)``, that distance in units of the
+    statistical error (the gradient against the curvature); ``last_step``: the length of
+    the last step taken (0 when none was).
     """
 
     g: np.ndarray
@@ -90,6 +112,10 @@ class PopulationFit(NamedTuple):
     n_galaxies: int
     galaxy_grad: np.ndarray | None = None
     galaxy_hess: np.ndarray | None = None
+    status: str = "converged"
+    g_num_err: np.ndarray | None = None
+    decrement: float = math.nan
+    last_step: float = math.nan
 
     @property
     def err(self) -> np.ndarray:
@@ -407,6 +433,35 @@ def _totals(ev: Evaluation, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarra
     return ll, gr, h
 
 
+def fit_status(stopped: str, grad: Any, hess: Any) -> tuple[str, np.ndarray, float]:
+    """``(status, g_num_err, decrement)`` of a damped-Newton fit from how its loop stopped
+    (``stopped``: ``"small_step"``, ``"line_search"`` or ``"max_steps"``) and the gradient
+    (2,) and Hessian (2, 2) of ``log L`` at its end (see :class:`PopulationFit`). A loop
+    that stopped on a small step is ``"converged"`` only at a maximum: ``H`` negative
+    definite and the remaining Newton step below :data:`MAX_DECREMENT` statistical errors
+    (else ``"line_search_failed"``: the search shrank the step to nothing short of it)."""
+    gr = np.asarray(grad, np.float64)
+    h = np.asarray(hess, np.float64)
+    num = np.full(2, np.inf)
+    dec = math.inf
+    if np.all(np.isfinite(gr)) and np.all(np.isfinite(h)):
+        try:
+            neg_def = bool(np.all(np.linalg.eigvalsh(h) < 0))
+        except np.linalg.LinAlgError:
+            neg_def = False
+        if neg_def:
+            step = np.linalg.solve(-h, gr)
+            num = np.abs(step)
+            dec = math.sqrt(max(float(gr @ step), 0.0))
+    if stopped == "max_steps":
+        status = "max_steps"
+    elif stopped == "small_step" and dec <= MAX_DECREMENT:
+        status = "converged"
+    else:
+        status = "line_search_failed"
+    return status, num, dec
+
+
 def fit(
     eps: np.ndarray,
     log_base: np.ndarray,
@@ -422,8 +477,9 @@ def fit(
     """:func:`shearbatch.core.population.fit` in NumPy: the maximum of ``sum_i weight_i
     log L_i(g)`` over ``|g| < 1`` by the same damped Newton from ``g0`` (the Newton step
     when ``H`` is negative definite, else a gradient step of at most 0.05; halved until
-    ``log L`` does not decrease and ``|g| < 1``; stops when the step is below ``tol``), and
-    its curvature. Galaxies without support at ``g0`` are left out (and counted).
+    ``log L`` does not decrease and ``|g| < 1``; stops when the step is below ``tol``, when
+    the halving finds no such point, or after ``max_steps``: :func:`fit_status` says which,
+    and the fit's numerical error), and its curvature. Galaxies without support at ``g0`` are left out (and counted).
     ``index`` selects rows of ``eps`` / ``log_base`` without copying them; ``threads``:
     see :func:`evaluate`. Each trial point is evaluated with its derivatives at once (an
     accepted step, the usual case, needs them next)."""
@@ -441,7 +497,7 @@ def fit(
                     int(np.sum(~ok & (w > 0))))  # fmt: skip
     w = np.where(ok, w, 0.0)
     ll, gr, h = _totals(ev, w)
-    converged, steps = False, 0
+    steps, stopped, last = 0, "max_steps", 0.0
     while steps < max_steps:
         steps += 1
         try:
@@ -463,18 +519,22 @@ def fit(
             t *= 0.5
             if t < 1e-12:
                 break
-        moved = t * float(np.linalg.norm(step))
-        if t >= 1e-12:
-            g, ev, ll, gr, h = trial, ev_t, val, gr_t, h_t
-        if moved < tol or t < 1e-12:
-            converged = moved < tol or neg_def
+        if t < 1e-12:  # no point at least as likely along the step: g stays
+            stopped = "line_search"
             break
+        moved = t * float(np.linalg.norm(step))
+        g, ev, ll, gr, h = trial, ev_t, val, gr_t, h_t
+        last = moved
+        if moved < tol:
+            stopped = "small_step"
+            break
+    status, num, dec = fit_status(stopped, gr, h)
     try:
         cov = np.linalg.inv(-h)
         if not np.all(np.linalg.eigvalsh(-h) > 0):
             cov = np.full((2, 2), np.nan)
     except np.linalg.LinAlgError:
         cov = np.full((2, 2), np.nan)
-    return PopulationFit(g, cov, float(ll), steps, bool(converged), ev.ess, ev.n_draws,
+    return PopulationFit(g, cov, float(ll), steps, status == "converged", ev.ess, ev.n_draws,
                          ev.ess < COLLAPSE_FRAC * ev.n_draws, int(np.sum(w > 0)), ev.grad,
-                         ev.hess)  # fmt: skip
+                         ev.hess, status, num, dec, float(last))  # fmt: skip
