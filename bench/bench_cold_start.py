@@ -27,6 +27,11 @@ modes alternates between repeats, against the drifts of a shared machine's load)
   persistent compilation cache only saves the XLA compile);
 - ``after``: the default, a later process loads the first one's exported programs.
 
+The package run is a snapshot of HEAD's ``src/`` (``git archive``, first on
+``PYTHONPATH``; ``--no-snapshot``: the working tree's), so that edits of a shared working
+tree during the run, which change every program's key (the key hashes the package's
+source), do not make a second process export again.
+
 Prints the figures and writes ``results/benchmarks/cold_start.json`` and ``.png``::
 
     .venv/bin/python bench/bench_cold_start.py [--repeats 1] [--first-n 8] [--second-n 24]
@@ -113,10 +118,25 @@ def parse(log: str) -> dict[str, Any]:
     return rec
 
 
-def bias_run(config: Path, root: Path, n: int, batch: int, export: str) -> dict[str, Any]:
-    """One bias-run process into ``root``; its parsed log, wall time and exit status."""
+def snapshot(work: Path) -> tuple[Path, str]:
+    """``HEAD``'s ``src/`` unpacked under ``work`` (``git archive``) and HEAD's commit."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=h.ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    work.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", commit, "src"], cwd=h.ROOT, check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    return work / "src", commit
+
+
+def bias_run(config: Path, root: Path, n: int, batch: int, export: str,
+             src: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """One bias-run process into ``root`` (the package from ``src`` when given); its
+    parsed log, wall time and exit status."""
     env = {k: v for k, v in os.environ.items() if k != "SHEARBATCH_CACHE_DIR"}
     env["SHEARBATCH_EXPORT"] = export
+    if src is not None:  # first on the path: before the editable install's source
+        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
     cmd = [str(BIN / "bias-run"), "--config", str(config), "--n-realizations", str(n),
            "--batch-size", str(batch), "--output-dir", str(root), "--no-progress"]  # fmt: skip
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -134,12 +154,12 @@ def bias_run(config: Path, root: Path, n: int, batch: int, export: str) -> dict[
     return rec
 
 
-def pair(config: Path, args, export: str) -> dict[str, Any]:
+def pair(config: Path, args, export: str, src: Path | None = None) -> dict[str, Any]:
     """A first process and a second one resuming it (a larger n) in a fresh root."""
     work = Path(tempfile.mkdtemp(prefix="bench_cold_start_"))
     try:
-        first = bias_run(config, work / "camp", args.first_n, args.batch_size, export)
-        second = bias_run(config, work / "camp", args.second_n, args.batch_size, export)
+        first = bias_run(config, work / "camp", args.first_n, args.batch_size, export, src)
+        second = bias_run(config, work / "camp", args.second_n, args.batch_size, export, src)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"first_process": first, "second_process": second}
@@ -217,9 +237,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--second-n", type=int, default=24, help="second process (resume)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--no-snapshot", dest="snapshot", action="store_false",
+                    help="run the working tree's package, not a snapshot of HEAD's src/ (an "
+                         "edit during the run then changes the programs' keys)")  # fmt: skip
     args = ap.parse_args(argv)
     info = h.provenance(None)
     h.banner(info)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_cold_start_src_"))
+    try:
+        return _run(args, info, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, info: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    src, commit = snapshot(tmp) if args.snapshot else (None, None)
+    if src is not None:  # the package as committed: edits of the tree change no key
+        print(f"bias-run from a snapshot of HEAD's src/ ({commit[:10]})")
     table = h.Table([("mode", "7s"), ("process", "8s"), ("setup_s", "8.2f"), ("b1_inf_s", "9.2f"),
                      ("1st_inf_s", "10.2f"), ("warm_inf_s", "10.2f"), ("ratio", "6.2f"),
                      ("1st_sim_s", "9.2f"), ("1st_oth_s", "9.2f"), ("warm_oth_s", "10.2f"),
@@ -230,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.modes}
     for i in range(args.repeats):
         for mode in args.modes if i % 2 == 0 else args.modes[::-1]:  # against load drifts
-            rec = pair(args.config, args, MODES[mode])
+            rec = pair(args.config, args, MODES[mode], src)
             runs[mode].append(rec)
             for proc in ("first_process", "second_process"):
                 r = rec[proc]
@@ -240,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                           r.get("first_simulation_s"), r.get("first_other_s"),
                           r.get("warm_other_s"), r["process_s"], r["process_cpu_s"],
                           r["cache_hits"], r["cache_misses"], r["exported"], r["loaded"])  # fmt: skip
-    res = {"info": info, "settings": h.settings(args), "runs": runs,
+    res = {"info": info, "settings": h.settings(args), "package_commit": commit, "runs": runs,
            "summary": {m: summary(v, MODES[m] == "on") for m, v in runs.items()},
            "target_ratio": 1.5}  # fmt: skip
     for mode, summ in res["summary"].items():
