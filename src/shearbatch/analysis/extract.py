@@ -10,7 +10,11 @@ SLURM task, per level, ...) are found too. Each one becomes one row of
 - ``failed``: ``convergence.json`` says ``failed`` (its ``reason`` is copied);
 - ``incomplete``: a file is missing (``convergence.json`` is written last, so
   a directory without it was interrupted);
-- ``corrupt``: a file exists but cannot be read.
+- ``corrupt``: a file exists but cannot be read, or is damaged: its size or a
+  checksum recorded in ``convergence.json`` disagrees (:mod:`shearbatch.io.integrity`:
+  each posterior variable's shape, dtype and CRC, the whole file's, ``truth.json``'s and
+  the record's own), ``posterior.nc``'s run_id, seed or true shear contradicts
+  ``truth.json``, or a draw of g1 or g2 is not finite; ``reason`` says which.
 
 Only what a file states is written: the posterior columns of a non-``ok`` row
 stay empty. Posterior summaries use every draw of every chain: mean, median,
@@ -56,7 +60,7 @@ from ..core import flags as fl
 from ..core.convergence import Convergence
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
 from ..core.population_np import PriorSpec
-from ..io import POSTERIOR, find_realization_dirs, inspect_realization
+from ..io import POSTERIOR, find_realization_dirs, inspect_realization, integrity
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -146,17 +150,26 @@ def convergence_flags(
     return conv.flags_under(th)
 
 
+class Damaged(ValueError):
+    """A posterior.nc that reads but is damaged (:func:`shearbatch.io.integrity.dataset_problem`)."""
+
+
 def _read_nc(
-    path: Path, wanted: Mapping[str, Sequence[str]] | Callable[[dict], Mapping | None]
+    path: Path,
+    wanted: Mapping[str, Sequence[str]] | Callable[[dict], Mapping | None],
+    check: Callable[[Any], str | None] | None = None,
 ) -> tuple[dict[str, Any], dict]:
     """``(root attrs, {name: (dims, float64 array)})`` of the variables ``wanted`` (``{group:
     [names]}``, or a function of the root attrs giving it, None for none) of a posterior.nc,
     read with netCDF4 directly (xarray costs ~50x more per file); values decoded as
-    xarray decodes them (``_FillValue`` and masked values as NaN)."""
+    xarray decodes them (``_FillValue`` and masked values as NaN). ``check``: called on the
+    open dataset first; a reason it returns raises :class:`Damaged`."""
     import netCDF4
 
     out = {}
     with netCDF4.Dataset(path, "r") as ds:
+        if check is not None and (why := check(ds)):
+            raise Damaged(why)
         attrs = {k: ds.getncattr(k) for k in ds.ncattrs()}
         if callable(wanted):
             wanted = wanted(attrs) or {}
@@ -181,7 +194,9 @@ def _axes(dims: tuple[str, ...], want: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(dims.index(d) for d in want)
 
 
-def interim_draws(path: Path) -> dict[str, Any] | None:
+def interim_draws(
+    path: Path, check: Callable[[Any], str | None] | None = None
+) -> dict[str, Any] | None:
     """An interim-model posterior.nc's per-galaxy draws: ``eps`` (M, K, 2) observed
     ellipticities, ``log_base`` (M, K) ``interim_log_weight``, and the population's
     intrinsic-shape priors ``population`` (e1, e2); None for the joint model."""
@@ -191,7 +206,7 @@ def interim_draws(path: Path) -> dict[str, Any] | None:
             return None
         return {"posterior": ["e1", "e2"], "sample_stats": ["interim_log_weight"]}
 
-    attrs, v = _read_nc(path, wanted)
+    attrs, v = _read_nc(path, wanted, check)
     if not v:
         return None
     order = ("galaxy", "chain", "draw")
@@ -215,7 +230,7 @@ def compact_draws(d: Mapping[str, Any]) -> dict[str, Any]:
             "population": d["population"]}  # fmt: skip
 
 
-def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence):
+def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence, check=None):
     """Summary columns of an interim-model realization: g from its own galaxies' pooled
     marginal likelihood (:func:`shearbatch.core.population_np.fit`, the NumPy form of
     :func:`shearbatch.core.population.fit`; mean = median = mode = the maximum, std from
@@ -226,7 +241,7 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence)
 
     from ..core import population_np as pnp
 
-    d = interim_draws(path)
+    d = interim_draws(path, check)
     if d is None:
         return None
     f = pnp.fit(d["eps"], d["log_base"], pnp.ShapePrior(*d["population"]))
@@ -253,13 +268,15 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence)
     return row, flags, d
 
 
-def _posterior_columns(path: Path, truth: Mapping[str, Any]) -> dict[str, Any]:
+def _posterior_columns(path: Path, truth: Mapping[str, Any], check=None) -> dict[str, Any]:
     row: dict[str, Any] = {}
-    _, v = _read_nc(path, {"posterior": ["g1", "g2"]})
+    _, v = _read_nc(path, {"posterior": ["g1", "g2"]}, check)
     draws = {s: v[s][1].ravel() for s in ("g1", "g2")}
     for s, x in draws.items():
         if x.size == 0:
             raise ValueError(f"no draws of {s}")
+        if why := integrity.nonfinite_problem(s, x):  # the engine writes such a one failed
+            raise Damaged(why)
         row[f"{s}_mean"], row[f"{s}_median"] = float(np.mean(x)), float(np.median(x))
         row[f"{s}_std"] = float(np.std(x, ddof=1)) if x.size > 1 else math.nan
         qs = np.quantile(x, list(QUANTILES.values()))
@@ -285,7 +302,9 @@ def read_realization(
         row["status"], row["reason"] = status, reason
         return row
 
-    ins = inspect_realization(d)  # the one definition of complete, shared with the resume
+    # the one definition of complete, shared with the resume (the whole posterior.nc's
+    # checksum after its variables', below: a damaged variable is named)
+    ins = inspect_realization(d, posterior_crc=False)
     truth = ins.truth or {}
     if truth:
         row["g1_true"], row["g2_true"], row["seed"] = (
@@ -309,14 +328,24 @@ def read_realization(
         row["flags"] = "|".join(conv.flag_names)
     if ins.status != "done" or conv is None:
         return done("incomplete" if ins.status == "absent" else ins.status, ins.reason)
-    interim = None
+    interim = cols = None
+
+    def check(ds) -> str | None:  # every recorded variable, in the one netCDF open
+        return integrity.dataset_problem(ds, conv.checksums, truth)
+
     try:
         if conv.shear_model == "interim":
-            interim = _population_columns(d / POSTERIOR, truth, conv)
+            interim = _population_columns(d / POSTERIOR, truth, conv, check)
         if interim is None:
-            row.update(_posterior_columns(d / POSTERIOR, truth))
+            cols = _posterior_columns(d / POSTERIOR, truth, check)
+    except Damaged as err:
+        return done("corrupt", str(err))
     except Exception as err:  # netCDF4/HDF5 raise many types for a damaged file
         return done("corrupt", f"posterior.nc unreadable: {type(err).__name__}: {err}")
+    if why := integrity.file_problem(d / POSTERIOR, {integrity.KEY: conv.checksums}):
+        return done("corrupt", why)  # damage outside the variables' data
+    if cols is not None:
+        row.update(cols)
     for s in ("g1", "g2"):
         if interim is None:
             row[f"{s}_mode"] = conv.site("mode", s)

@@ -331,15 +331,18 @@ def plan_run(kw: RunOptions) -> Plan:
     # left to do, so every array task (whatever its slice size), a resumed run and a
     # single-process run share one compiled program and give bit-identical results
     batch_size = max(1, min(camp.batch_size, len(plan)))
-    status = {r.run_id: realization_status(output_dir, r.run_id, expect) for r in mine}
+    # a complete realization whose files are damaged or disagree with the plan is corrupt
+    status = {r.run_id: realization_status(output_dir, r.run_id, expect, r._asdict())
+              for r in mine}  # fmt: skip
     if other := [k for k, v in status.items() if v == "other"]:
         logger.warning("%d complete realization(s) under %s were computed with other "
                        "campaign-defining settings (e.g. %s); they are redone", len(other),
                        output_dir, other[0])  # fmt: skip
     if bad := [k for k, v in status.items() if v in ("corrupt", "incomplete")]:
-        from ..io import inspect_realization
+        from ..io import inspect_planned
 
-        why = inspect_realization(output_dir / bad[0]).reason
+        planned = next(r for r in mine if r.run_id == bad[0])._asdict()
+        why = inspect_planned(output_dir, bad[0], planned).reason
         kinds = sorted({status[k] for k in bad})
         logger.warning("%d %s realization(s) under %s (e.g. %s: %s); they are redone",
                        len(bad), " or ".join(kinds), output_dir, bad[0], why)  # fmt: skip

@@ -45,8 +45,8 @@ class Outcome(NamedTuple):
 def n_complete(plan: Plan) -> int:
     from ..io import realization_status
 
-    return sum(realization_status(plan.output_dir, r.run_id) in ("done", "failed")
-               for r in plan.mine)  # fmt: skip
+    return sum(realization_status(plan.output_dir, r.run_id, planned=r._asdict())
+               in ("done", "failed") for r in plan.mine)  # fmt: skip
 
 
 def resume_hint(plan: Plan) -> str:
@@ -166,7 +166,8 @@ def claimed(plan: Plan) -> Iterator[Claimed]:
         mine = set(cl.mine)
         todo = [r for r in plan.todo if r.run_id in mine]
         if not plan.options.overwrite:
-            now = [r for r in todo if realization_status(root, r.run_id, plan.expect) != "done"]
+            now = [r for r in todo
+                   if realization_status(root, r.run_id, plan.expect, r._asdict()) != "done"]  # fmt: skip
             if len(now) < len(todo):
                 logger.info("%d realization(s) were completed by another process since the "
                             "plan; not redone", len(todo) - len(now))  # fmt: skip

@@ -7,7 +7,7 @@ read it back with :meth:`Convergence.from_json`. Nothing else reads the file by 
 The JSON keeps its published layout: the common keys (``run_id``, ``status``, ``reason``,
 ``flags``, ``flag_names``, ``method``, ``point_estimate``, ``mode``, ``thresholds``,
 ``passed``, ``precision``, ``config_hash``, ``seed``, ``batch_size``, ``snr``,
-``chi2_per_pixel``, ``prior``, ``shear_model``, ``batch``, ``runtime_s``), the gate
+``chi2_per_pixel``, ``prior``, ``shear_model``, ``batch``, ``runtime_s``, ``checksums``), the gate
 statistics (:class:`~shearbatch.core.flags.Gates`: ``rhat``, ``ess_bulk``, ``ess_tail``,
 ``divergences``, ``divergence_frac``, ``bfmi``), the method's own record (its
 ``diagnose``'s ``diagnostics``: ``optimizer`` and ``laplace`` for MAP, ``elbo`` for VI,
@@ -47,7 +47,8 @@ LEGACY_KEYS = {"map_estimate": "mode", "estimate": "point_estimate"}
 
 _COMMON = ("run_id", "status", "reason", "flags", "flag_names", "method", "point_estimate",
            "mode", "thresholds", "passed", "precision", "config_hash", "seed", "batch_size",
-           "snr", "chi2_per_pixel", "prior", "shear_model", "batch", "runtime_s")  # fmt: skip
+           "snr", "chi2_per_pixel", "prior", "shear_model", "batch", "runtime_s",
+           "checksums")  # fmt: skip
 
 
 def _int(v: Any) -> int | None:
@@ -103,6 +104,9 @@ class Convergence:
     runtime_s: float | None = None
     provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
     """:data:`PROVENANCE_KEYS`: config, plan settings, versions, device, host."""
+    checksums: dict[str, Any] | None = None
+    """What the writer recorded to tell damaged files (:mod:`shearbatch.io.integrity`);
+    None in a record not yet written, or written before checksums were."""
 
     @property
     def flag_names(self) -> list[str]:
@@ -151,6 +155,8 @@ class Convergence:
         if self.runtime_s is not None:
             out["runtime_s"] = self.runtime_s
         out.update(self.provenance)
+        if self.checksums is not None:
+            out["checksums"] = dict(self.checksums)
         return out
 
     @classmethod
@@ -191,6 +197,7 @@ class Convergence:
             batch=dict(batch) if isinstance(batch, Mapping) else None,
             runtime_s=_float(rec.get("runtime_s")),
             provenance={k: rec[k] for k in PROVENANCE_KEYS if k in rec},
+            checksums=dict(sums) if isinstance(sums := rec.get("checksums"), Mapping) else None,
         )
 
     def site(self, group: str, site: str) -> float | None:

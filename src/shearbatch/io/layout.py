@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..core.convergence import Convergence
+from . import integrity
 
 __all__ = [
     "CONVERGENCE",
@@ -26,6 +27,7 @@ __all__ = [
     "TRUTH",
     "Inspection",
     "find_realization_dirs",
+    "inspect_planned",
     "inspect_realization",
     "netcdf_problem",
     "realization_status",
@@ -85,35 +87,41 @@ def netcdf_problem(path: str | Path) -> str | None:
     return None
 
 
-def _json(path: Path) -> dict[str, Any]:
-    rec = json.loads(path.read_text())
+def _json(path: Path) -> tuple[dict[str, Any], bytes]:
+    data = path.read_bytes()
+    rec = json.loads(data)
     if not isinstance(rec, dict):
         raise ValueError("not a mapping")
-    return rec
+    return rec, data
 
 
-def inspect_realization(directory: str | Path) -> Inspection:
+def inspect_realization(directory: str | Path, posterior_crc: bool = True) -> Inspection:
     """The state of one realization directory: ``absent``; ``corrupt`` (a file exists but
     is unreadable: a JSON file that does not parse, a ``posterior.nc`` whose size or header
     is wrong); ``incomplete`` (a file is missing: ``convergence.json`` is written last, so
     a directory without it was interrupted); ``failed`` (``convergence.json`` says so);
-    ``done`` (status ok and all three files whole). Cheap: the two small JSON files are
-    parsed, the posterior only has its size and header checked (:func:`netcdf_problem`).
+    ``done`` (status ok and all three files whole). A record with ``checksums``
+    (:mod:`.integrity`) is ``corrupt`` also when one of them disagrees (its own, that of
+    ``truth.json``, the size and CRC of the whole ``posterior.nc``) or when ``truth.json``
+    names another run id or seed than the record. Cheap: the two small JSON files are
+    parsed, the posterior has its header checked (:func:`netcdf_problem`) and is read once
+    for its CRC, without a netCDF open (``posterior_crc=False``: not read; ``bias-extract``
+    checks each variable first, to name what is damaged, then the whole file).
     ``bias-run`` redoes anything not ``done`` or ``failed``; ``bias-extract`` reads only
     what is ``done`` and reports the rest with the same status and reason."""
     d = Path(directory)
     if not d.is_dir():
         return Inspection("absent", "no directory", None, None)
-    truth = conv = None
+    truth = conv = truth_bytes = None
     if (d / TRUTH).is_file():
         try:
-            truth = _json(d / TRUTH)
+            truth, truth_bytes = _json(d / TRUTH)
         except (OSError, ValueError) as err:
             return Inspection("corrupt", f"truth.json unreadable: {err}", None, None)
     if not (d / CONVERGENCE).is_file():
         return Inspection("incomplete", "convergence.json missing (interrupted)", truth, None)
     try:
-        raw = _json(d / CONVERGENCE)
+        raw = _json(d / CONVERGENCE)[0]
     except (OSError, ValueError) as err:
         return Inspection("corrupt", f"convergence.json unreadable: {err}", truth, None)
     conv = Convergence.from_json(raw)
@@ -126,17 +134,40 @@ def inspect_realization(directory: str | Path) -> Inspection:
         return Inspection("incomplete", "posterior.nc missing", truth, conv)
     if problem := netcdf_problem(d / POSTERIOR):
         return Inspection("corrupt", f"posterior.nc {problem}", truth, conv)
+    if problem := (integrity.truth_problem(truth, run_id=conv.run_id or None, seed=conv.seed)
+                   or integrity.json_problem(raw, truth_bytes)
+                   or (posterior_crc and integrity.file_problem(d / POSTERIOR, raw))):  # fmt: skip
+        return Inspection("corrupt", problem, truth, conv)
     return Inspection("done", "", truth, conv)
 
 
+def inspect_planned(
+    output_dir: str | Path, run_id: str, planned: Mapping[str, Any] | None = None
+) -> Inspection:
+    """:func:`inspect_realization` of ``output_dir / run_id``; with ``planned`` (the
+    campaign plan's ``run_id``, ``seed``, ``g1``, ``g2`` of it) a ``done`` one whose
+    ``truth.json`` says otherwise is ``corrupt``."""
+    ins = inspect_realization(Path(output_dir) / run_id)
+    if ins.status == "done" and planned and ins.truth is not None:
+        if why := integrity.truth_problem(ins.truth, **{k: planned.get(k) for k in _PLANNED}):
+            return ins._replace(status="corrupt", reason=f"{why} (the campaign's plan)")
+    return ins
+
+
+_PLANNED = ("run_id", "seed", "g1", "g2")
+
+
 def realization_status(
-    output_dir: str | Path, run_id: str, expect: Mapping[str, Any] | None = None
+    output_dir: str | Path,
+    run_id: str,
+    expect: Mapping[str, Any] | None = None,
+    planned: Mapping[str, Any] | None = None,
 ) -> str:
-    """:func:`inspect_realization`'s status (``"done"``, ``"failed"``, ``"incomplete"``,
+    """:func:`inspect_planned`'s status (``"done"``, ``"failed"``, ``"incomplete"``,
     ``"corrupt"``, ``"absent"``), or ``"other"``: its ``convergence.json`` records a
     campaign-defining setting (a key of ``expect``: config hash, method, precision) with
     another value, so it is not this campaign's result and a resume redoes it."""
-    ins = inspect_realization(Path(output_dir) / run_id)
+    ins = inspect_planned(output_dir, run_id, planned)
     rec = ins.convergence
     if expect and rec and any(getattr(rec, k, None) is not None and getattr(rec, k) != v
                               for k, v in expect.items()):  # fmt: skip

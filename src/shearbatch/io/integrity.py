@@ -1,0 +1,207 @@
+"""What tells a damaged realization from a whole one: checksums written with its files.
+
+The writer records, in ``convergence.json`` (written last) under ``checksums``
+(:func:`checksums`):
+
+- ``algorithm``: ``"crc32"`` (:func:`zlib.crc32`, 8 hex digits; damage from a bad copy,
+  a truncation or another tool, not an adversary, is what it tells);
+- ``record``: of the record itself, these checksums included but this one (its
+  canonical JSON: :func:`record_checksum`), so a ``convergence.json`` that parses but was
+  edited (a batch size, a status, a recorded shape or checksum) is told;
+- ``truth.json``: of that file's bytes;
+- ``posterior.nc``: ``{"bytes": size, "crc32": ...}`` of the whole file;
+- ``variables``: ``{"<group>/<name>": {"shape", "dtype", "crc32"}}`` of each variable's
+  bytes as written (the coordinate variables aside): deterministic from the data, so a
+  resumed realization records the same values.
+
+:func:`json_problem` (the two JSON files; microseconds) and :func:`file_problem` (one
+sequential read and CRC of ``posterior.nc``, no netCDF open) run in
+:func:`shearbatch.io.layout.inspect_realization`, i.e. for the resume of ``bias-run`` and
+for ``bias-extract``; :func:`dataset_problem` (each variable's shape, dtype and CRC, and
+the file's attributes against ``truth.json``) runs in ``bias-extract``'s netCDF4 read.
+A record without ``checksums`` (written before they were) is not checked.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ALGORITHM",
+    "KEY",
+    "array_checksum",
+    "checksums",
+    "crc",
+    "dataset_problem",
+    "file_checksum",
+    "file_problem",
+    "json_problem",
+    "nonfinite_problem",
+    "record_checksum",
+    "truth_problem",
+]
+
+ALGORITHM = "crc32"
+#: the key of ``convergence.json`` holding them
+KEY = "checksums"
+
+
+def crc(data: bytes | memoryview) -> str:
+    return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(arr)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return a
+
+
+def array_checksum(arr: np.ndarray) -> dict[str, Any]:
+    """``{"shape", "dtype", "crc32"}`` of an array's little-endian C-order bytes."""
+    a = _raw(arr)
+    return {"shape": list(a.shape), "dtype": a.dtype.name, "crc32": crc(a.data if a.size else b"")}
+
+
+def record_checksum(rec: Mapping[str, Any]) -> str:
+    """CRC of a strict-JSON record (as written, or as parsed back), its ``checksums``
+    included but their ``record`` entry, serialised canonically (sorted keys, compact):
+    the same before writing and after reading, whatever the file's layout."""
+    body = dict(rec)
+    if isinstance(sums := body.get(KEY), Mapping):
+        body[KEY] = {k: v for k, v in sums.items() if k != "record"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return crc(text.encode())
+
+
+def file_checksum(path: str | Path) -> dict[str, Any]:
+    data = Path(path).read_bytes()
+    return {"bytes": len(data), "crc32": crc(data)}
+
+
+def checksums(*, record: Mapping[str, Any], truth_text: str, posterior: Mapping[str, Any],
+              variables: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The ``checksums`` entry of a strict-JSON ``record`` (see the module docstring)."""
+    sums: dict[str, Any] = {
+        "algorithm": ALGORITHM,
+        "truth.json": crc(truth_text.encode()),
+        "posterior.nc": dict(posterior),
+        "variables": dict(variables),
+    }
+    sums["record"] = record_checksum({**record, KEY: sums})
+    return sums
+
+
+def _sums(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    s = rec.get(KEY)
+    return s if isinstance(s, Mapping) else None
+
+
+def json_problem(rec: Mapping[str, Any], truth_bytes: bytes | None) -> str | None:
+    """Why an ``ok`` record or its ``truth.json`` is damaged (checksums, run id and seed
+    agreeing), or None; None for a record without checksums."""
+    sums = _sums(rec)
+    if sums is None:
+        return None
+    if sums.get("algorithm") != ALGORITHM:
+        return f"convergence.json: unknown checksum algorithm {sums.get('algorithm')!r}"
+    if record_checksum(rec) != sums.get("record"):
+        return "convergence.json: checksum mismatch (edited or damaged)"
+    if truth_bytes is not None and crc(truth_bytes) != sums.get("truth.json"):
+        return "truth.json: checksum mismatch (edited or damaged)"
+    return None
+
+
+def truth_problem(truth: Mapping[str, Any], **expect: Any) -> str | None:
+    """The first of ``expect`` (``run_id``, ``seed``, ``g1``, ``g2``: what the plan, the
+    record or the directory says) that ``truth.json`` contradicts, or None; None values
+    are not compared."""
+    for key, want in expect.items():
+        got = truth.get(key)
+        if want is None or got is None:
+            continue
+        if isinstance(want, float) or isinstance(got, float):
+            try:
+                same = float(got) == float(want)
+            except (TypeError, ValueError):
+                same = False
+        else:
+            same = got == want
+        if not same:
+            return f"truth.json: {key} is {got!r}, expected {want!r}"
+    return None
+
+
+def file_problem(path: str | Path, rec: Mapping[str, Any]) -> str | None:
+    """Why ``posterior.nc`` differs from its recorded size and whole-file CRC, or None
+    (None for a record without checksums). One sequential read: no netCDF open."""
+    sums = _sums(rec)
+    want = sums.get("posterior.nc") if sums is not None else None
+    if not isinstance(want, Mapping):
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        return f"posterior.nc unreadable ({err.strerror})"
+    if len(data) != want.get("bytes"):
+        return f"posterior.nc: {len(data)} bytes, {want.get('bytes')} written"
+    if crc(data) != want.get("crc32"):
+        return "posterior.nc: checksum mismatch (damaged or rewritten)"
+    return None
+
+
+_ATTRS = {"run_id": "run_id", "seed": "seed", "g1_true": "g1", "g2_true": "g2"}
+
+
+def dataset_problem(
+    ds, sums: Mapping[str, Any] | None, truth: Mapping[str, Any] | None
+) -> str | None:
+    """Why the open netCDF4 dataset ``ds`` of ``posterior.nc`` is damaged (``sums``: the
+    record's ``checksums``, None for an older record): a recorded
+    variable missing or of another shape, dtype or CRC (a non-finite draw named as such),
+    or root attributes (run_id, seed, g1_true, g2_true) contradicting ``truth.json``; None
+    when whole. Variables are read raw (no masking or scaling)."""
+    attrs = {k: ds.getncattr(k) for k in _ATTRS if k in ds.ncattrs()}
+    if truth:
+        for a, t in _ATTRS.items():
+            v = attrs.get(a)
+            v = v.item() if isinstance(v, np.generic) else v
+            if why := truth_problem(truth, **{t: v}):
+                return f"posterior.nc attribute {a} is {v!r}; {why}"
+    variables = sums.get("variables") if isinstance(sums, Mapping) else None
+    if not isinstance(variables, Mapping):
+        return None
+    for key, want in variables.items():
+        group, _, name = str(key).rpartition("/")
+        try:
+            var = ds.groups[group].variables[name]
+        except KeyError:
+            return f"posterior.nc: {key} missing"
+        if not isinstance(want, Mapping):
+            return f"convergence.json: checksum of {key} malformed"
+        if list(var.shape) != want.get("shape") or var.dtype.name != want.get("dtype"):
+            return (f"posterior.nc: {key} is {var.dtype.name}{list(var.shape)}, "
+                    f"{want.get('dtype')}{want.get('shape')} written")  # fmt: skip
+        var.set_auto_maskandscale(False)
+        try:
+            data = np.asarray(var[...])
+        finally:  # the caller may read it decoded
+            var.set_auto_maskandscale(True)
+        if array_checksum(data)["crc32"] != want.get("crc32"):
+            if data.dtype.kind == "f" and not np.all(np.isfinite(data)):
+                n = int(np.sum(~np.isfinite(data)))
+                return f"posterior.nc: {key} holds {n} non-finite value(s) not written"
+            return f"posterior.nc: {key} checksum mismatch (damaged)"
+    return None
+
+
+def nonfinite_problem(name: str, x: np.ndarray) -> str | None:
+    """A one-line reason when draws ``x`` of ``name`` are not all finite."""
+    bad = int(np.sum(~np.isfinite(x)))
+    return f"posterior.nc: {bad} non-finite draw(s) of {name}" if bad else None
