@@ -17,7 +17,9 @@
   and ``arviz.from_netcdf`` exactly as before.
 - ``convergence.json``: a :class:`~shearbatch.core.convergence.Convergence` record
   (method-aware diagnostics and ``status``, "ok" or "failed" with a ``reason``);
-  strict JSON (non-finite numbers become null).
+  strict JSON (non-finite numbers become null). A record gets ``checksums`` of the three
+  files (:mod:`.integrity`: each posterior variable's bytes, the whole posterior.nc,
+  truth.json, the record itself), by which damaged files are told on read.
 
 Every file goes to a temporary name ``.<name>.<host>.<pid>.<random>.tmp`` in the
 same directory, created with the user's umask, and is renamed into place;
