@@ -88,9 +88,11 @@ def _found_excluded_redone(camp, tmp_path, reason: str, rid: str = RID):
 
 def test_clean_campaign_records_checksums_and_reads_ok(clean):
     _, root = clean
-    conv = json.loads((root / RID / "convergence.json").read_text())
-    sums = conv["checksums"]
-    assert sums["algorithm"] == "crc32" and sums["record"] == integrity.record_checksum(conv)
+    raw = (root / RID / "convergence.json").read_bytes()
+    sums = json.loads(raw)["checksums"]
+    assert list(json.loads(raw))[-1] == "checksums" and list(sums)[-1] == "record"
+    assert sums["algorithm"] == "crc32"
+    assert sums["record"] == integrity.record_checksum(raw, sums["record"])
     assert sums["truth.json"] == integrity.crc((root / RID / "truth.json").read_bytes())
     assert sums["posterior.nc"] == integrity.file_checksum(root / RID / "posterior.nc")
     g1 = read_posterior(root / RID / "posterior.nc")["g1"]

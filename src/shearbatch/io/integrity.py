@@ -5,9 +5,10 @@ The writer records, in ``convergence.json`` (written last) under ``checksums``
 
 - ``algorithm``: ``"crc32"`` (:func:`zlib.crc32`, 8 hex digits; damage from a bad copy,
   a truncation or another tool, not an adversary, is what it tells);
-- ``record``: of the record itself, these checksums included but this one (its
-  canonical JSON: :func:`record_checksum`), so a ``convergence.json`` that parses but was
-  edited (a batch size, a status, a recorded shape or checksum) is told;
+- ``record`` (last): of ``convergence.json``'s own bytes, but these 8 digits
+  (:func:`seal`, :func:`record_checksum`), so a ``convergence.json`` that parses but was
+  edited (a batch size, a status, a recorded shape or checksum; rewritten in another
+  layout too) is told;
 - ``truth.json``: of that file's bytes;
 - ``posterior.nc``: ``{"bytes": size, "crc32": ...}`` of the whole file;
 - ``variables``: ``{"<group>/<name>": {"shape", "dtype", "crc32"}}`` of each variable's
@@ -24,7 +25,6 @@ A record without ``checksums`` (written before they were) is not checked.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +44,7 @@ __all__ = [
     "json_problem",
     "nonfinite_problem",
     "record_checksum",
+    "seal",
     "truth_problem",
 ]
 
@@ -69,15 +70,33 @@ def array_checksum(arr: np.ndarray) -> dict[str, Any]:
     return {"shape": list(a.shape), "dtype": a.dtype.name, "crc32": crc(a.data if a.size else b"")}
 
 
-def record_checksum(rec: Mapping[str, Any]) -> str:
-    """CRC of a strict-JSON record (as written, or as parsed back), its ``checksums``
-    included but their ``record`` entry, serialised canonically (sorted keys, compact):
-    the same before writing and after reading, whatever the file's layout."""
-    body = dict(rec)
-    if isinstance(sums := body.get(KEY), Mapping):
-        body[KEY] = {k: v for k, v in sums.items() if k != "record"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return crc(text.encode())
+#: the record's own checksum while it is computed (:func:`seal`)
+_PLACEHOLDER = "0" * 8
+
+
+def _pattern(value: str) -> bytes:
+    return f'"record": "{value}"'.encode()
+
+
+def seal(text: str) -> str:
+    """``convergence.json``'s text, written with ``checksums.record`` = ``00000000`` (its
+    last ``"record": "..."``), with that placeholder replaced by the CRC of the text as it
+    is: the record checksum covers every byte of the file but its own 8 digits."""
+    at = text.rfind(_pattern(_PLACEHOLDER).decode())
+    if at < 0:
+        raise ValueError("no checksums.record placeholder in the record")
+    at += len('"record": "')
+    return text[:at] + crc(text.encode()) + text[at + len(_PLACEHOLDER) :]
+
+
+def record_checksum(data: bytes, value: str) -> str | None:
+    """The CRC of ``convergence.json``'s bytes ``data`` with its recorded ``value`` (the
+    last ``"record": "<value>"``) put back to the placeholder; None when it is not there."""
+    at = data.rfind(_pattern(value)) if isinstance(value, str) and len(value) == 8 else -1
+    if at < 0:
+        return None
+    at += len('"record": "')
+    return crc(data[:at] + _PLACEHOLDER.encode() + data[at + len(_PLACEHOLDER) :])
 
 
 def file_checksum(path: str | Path) -> dict[str, Any]:
@@ -85,17 +104,17 @@ def file_checksum(path: str | Path) -> dict[str, Any]:
     return {"bytes": len(data), "crc32": crc(data)}
 
 
-def checksums(*, record: Mapping[str, Any], truth_text: str, posterior: Mapping[str, Any],
+def checksums(*, truth_text: str, posterior: Mapping[str, Any],
               variables: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
-    """The ``checksums`` entry of a strict-JSON ``record`` (see the module docstring)."""
-    sums: dict[str, Any] = {
+    """The ``checksums`` entry of a record (see the module docstring), ``record`` last and
+    still the placeholder: the record is to be the last key and its text :func:`seal`-ed."""
+    return {
         "algorithm": ALGORITHM,
         "truth.json": crc(truth_text.encode()),
         "posterior.nc": dict(posterior),
         "variables": dict(variables),
+        "record": _PLACEHOLDER,
     }
-    sums["record"] = record_checksum({**record, KEY: sums})
-    return sums
 
 
 def _sums(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -103,15 +122,16 @@ def _sums(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return s if isinstance(s, Mapping) else None
 
 
-def json_problem(rec: Mapping[str, Any], truth_bytes: bytes | None) -> str | None:
-    """Why an ``ok`` record or its ``truth.json`` is damaged (checksums, run id and seed
-    agreeing), or None; None for a record without checksums."""
+def json_problem(rec: Mapping[str, Any], rec_bytes: bytes, truth_bytes: bytes | None) -> str | None:
+    """Why an ``ok`` record (parsed, and its file's bytes) or its ``truth.json`` is
+    damaged (their checksums), or None; None for a record without checksums."""
     sums = _sums(rec)
     if sums is None:
         return None
     if sums.get("algorithm") != ALGORITHM:
         return f"convergence.json: unknown checksum algorithm {sums.get('algorithm')!r}"
-    if record_checksum(rec) != sums.get("record"):
+    want = sums.get("record")
+    if record_checksum(rec_bytes, want) != want:
         return "convergence.json: checksum mismatch (edited or damaged)"
     if truth_bytes is not None and crc(truth_bytes) != sums.get("truth.json"):
         return "truth.json: checksum mismatch (edited or damaged)"

@@ -121,7 +121,7 @@ def inspect_realization(directory: str | Path, posterior_crc: bool = True) -> In
     if not (d / CONVERGENCE).is_file():
         return Inspection("incomplete", "convergence.json missing (interrupted)", truth, None)
     try:
-        raw = _json(d / CONVERGENCE)[0]
+        raw, raw_bytes = _json(d / CONVERGENCE)
     except (OSError, ValueError) as err:
         return Inspection("corrupt", f"convergence.json unreadable: {err}", truth, None)
     conv = Convergence.from_json(raw)
@@ -135,7 +135,7 @@ def inspect_realization(directory: str | Path, posterior_crc: bool = True) -> In
     if problem := netcdf_problem(d / POSTERIOR):
         return Inspection("corrupt", f"posterior.nc {problem}", truth, conv)
     if problem := (integrity.truth_problem(truth, run_id=conv.run_id or None, seed=conv.seed)
-                   or integrity.json_problem(raw, truth_bytes)
+                   or integrity.json_problem(raw, raw_bytes, truth_bytes)
                    or (posterior_crc and integrity.file_problem(d / POSTERIOR, raw))):  # fmt: skip
         return Inspection("corrupt", problem, truth, conv)
     return Inspection("done", "", truth, conv)
