@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from conftest import OPTIMIZER_SD_TOL, max_diff_sd, write_config
 from shearbatch import spec
+from shearbatch.cli import bias_extract
 from shearbatch.io import read_posterior
 from shearbatch.schema import load_config
 
@@ -194,10 +196,12 @@ def test_two_identical_runs_and_extract_during_them(module_tmp, cfg):
     while first.poll() is None and len(seen) < 60:
         if (root / "campaign.json").is_file():
             second = second or start("bias-run", *args)
-            res = cli("bias-extract", "--input-dir", root, "--output", module_tmp / "live.csv",
-                      "--workers", 1)  # fmt: skip
-            assert "Traceback" not in res.stderr and "corrupt 0" in res.stdout, res.stderr
-            seen.append(next(x for x in res.stdout.splitlines() if x.startswith("campaign:")))
+            # in this process (click's runner): a new interpreter's start-up outlasts the
+            # whole run now that a later process loads its programs instead of tracing them
+            res = CliRunner().invoke(bias_extract, ["--input-dir", str(root), "--output",
+                                                    str(module_tmp / "live.csv"), "--workers", "1"])  # fmt: skip
+            assert res.exception is None and "corrupt 0" in res.output, res.output
+            seen.append(next(x for x in res.output.splitlines() if x.startswith("campaign:")))
             assert "of 8 planned" in seen[-1]
         time.sleep(0.2)
     outs = [p.communicate(timeout=300) for p in (first, second)]
@@ -205,8 +209,11 @@ def test_two_identical_runs_and_extract_during_them(module_tmp, cfg):
     assert any("UNFINISHED" in s for s in seen), seen  # looked at least once while in flight
     wrote = [int(o.split("wrote ")[1].split(" ok")[0]) for o, _ in outs]
     assert sum(wrote) == 8, outs  # each of the 8 realizations written by exactly one run
-    if wrote[1] < 8:
-        assert "overlapping slices" in outs[1][1] and "skipped here" in outs[1][1]
+    if wrote[1] < 8:  # it skipped what the first held, or what the first had completed
+        err = outs[1][1]
+        assert ("overlapping slices" in err and "skipped here" in err) or (
+            "completed by another process" in err or f"already complete: {8 - wrote[1]}" in err
+        ), err
     res = cli("bias-extract", "--input-dir", root, "--output", module_tmp / "twice.csv")
     assert "campaign: 8 of 8 planned realization(s) complete" in res.stdout
     assert not list(root.rglob("*.tmp"))

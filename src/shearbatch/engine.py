@@ -463,7 +463,11 @@ def run_campaign(
                 draws = jax.tree.map(np.asarray, out)
                 chi2 = np.asarray(check(draws.samples, sim.images))
             else:
-                draws, chi2 = lanes.run(program, keys, sim.images, check)
+                # over several devices the draws come back sharded: the (one-device)
+                # check then runs on their host copy
+                draws, chi2 = lanes.run(program, keys, sim.images, check if mesh is None else None)
+                if chi2 is None:
+                    chi2 = np.asarray(check(draws.samples, sim.images))
             t_infer = time.perf_counter() - t1
             report = {"index": ib, "size": batch_size, "n_real": len(batch)}
             if method.batch_report:  # lanes in lockstep: a chunk, or a device's lanes
