@@ -98,7 +98,9 @@ def main() -> None:
         print(f"{name:18s}: {per_lane / 2**20:8.2f} MiB per lane, "
               f"{per_lane / m / 2**20:6.3f} MiB per galaxy-lane")  # fmt: skip
     p = res["programs"]
-    res["interim_over_joint"] = p["interim"]["mib_per_galaxy_lane"] / p["joint"]["mib_per_galaxy_lane"]
+    res["interim_over_joint"] = (
+        p["interim"]["mib_per_galaxy_lane"] / p["joint"]["mib_per_galaxy_lane"]
+    )
     res["all_draws_over_chunked"] = (p["interim_all_draws"]["mib_per_lane"]
                                      / p["interim"]["mib_per_lane"])  # fmt: skip
     print(f"interim / joint: {res['interim_over_joint']:.2f}x (target <= 4); all draws at once / "
