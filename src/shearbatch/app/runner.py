@@ -82,7 +82,7 @@ def compile_first(plan: Plan, cache: str) -> None:
     import jax
 
     from ..core.batching import pad_to
-    from ..engine import build_program, lane_chunk_for
+    from ..engine import _aot, build_program, lane_chunk_for
 
     spec, lanes = plan.spec, plan.batch_size
     devs = jax.devices()
@@ -108,7 +108,16 @@ def compile_first(plan: Plan, cache: str) -> None:
         before = dict(runtime.CACHE_EVENTS)
         padded = pad_to(list(plan.todo[:lanes]), lanes)
         built = build_program(spec, padded, chunk=lane_chunk_for(plan.lane_chunk, spec))
-        built.compile()
+        # as the engine compiles it before its first batch (engine.plan_lanes: for the shapes,
+        # not for these arrays), so that the cache entry is the one the tasks will look up
+        compiled = _aot(built.program, spec, lanes)[0] or built.compile()
+        # the residual check too, on the program's outputs (the engine runs it on the device
+        # after each batch): compiled here, under the lock, it is not compiled by two tasks
+        samples = getattr(compiled, "out_info", None)
+        if samples is not None:
+            from ..core.checks import chi2_program
+
+            chi2_program(spec.model).lower(samples.samples, built.sim.images).compile()
         marker.touch()
         ev = runtime.CACHE_EVENTS
         logger.info("compile lock (waited %.1f s): %d cache hit(s), %d miss(es) for the "
