@@ -36,7 +36,7 @@ would), in this order, each skipped when the ``--budget-s`` left is too short:
 Writes ``results/benchmarks/gpu.json`` (``gpu.json.partial`` after each step, removed at
 the end; ``steps_not_ok`` lists the steps that failed, timed out or were skipped, and the
 exit status is then 3) and ``gpu.png``; ``--log FILE`` collects every step's output. The git commit is
-read from git, else from ``$SHEARBATCH_GIT_COMMIT`` (a copy of the tree without ``.git``).
+``$SHEARBATCH_GIT_COMMIT`` when set (a copy of the tree whose ``.git`` may be stale), else git.
 ``--quick``: smaller campaigns; ``--cpu-smoke``: tiny sizes on the CPU
 (``JAX_PLATFORMS=cpu``), to try the script where there is no GPU (its figures say nothing
 about a GPU; written to a temporary directory unless ``--out``)::
@@ -509,9 +509,11 @@ def _grid(n: int) -> list[str]:
 
 def _provenance(probe: dict[str, Any]) -> dict[str, Any]:
     git = h.git_state()
-    if not git.get("commit") and os.environ.get("SHEARBATCH_GIT_COMMIT"):
+    # given, it wins: the device's copy of the tree may carry a stale .git (seen on the
+    # H100: HEAD at the session's start, not the tree that ran)
+    if os.environ.get("SHEARBATCH_GIT_COMMIT"):
         git = {"commit": os.environ["SHEARBATCH_GIT_COMMIT"], "modified": None,
-               "source": "$SHEARBATCH_GIT_COMMIT (no git in this copy of the tree)"}  # fmt: skip
+               "source": "$SHEARBATCH_GIT_COMMIT (the tree sent to the device)"}  # fmt: skip
     return {
         "jax": probe.get("jax"), "numpyro": probe.get("numpyro"),
         "python": probe.get("python") or platform.python_version(),
