@@ -64,14 +64,14 @@ def _run(tmp: Path, name: str, *extra: str, caplog=None):
 def _program_total(tmp: Path, lanes: int) -> int:
     """XLA's memory analysis of the campaign's program at ``lanes`` lanes (what the
     engine measures before its first batch)."""
-    from shearbatch.engine import _aot, build_program, lane_chunk_for
+    from shearbatch.engine import build_program, compile_lanes, lane_chunk_for
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 
     spec = run_spec(load_config(write_config(tmp / "m.yaml", {"image.size_x": 16,
                                                                "image.size_y": 16})))  # fmt: skip
     program = build_program(spec, chunk=lane_chunk_for("auto", spec)).program
-    return _aot(program, spec, lanes)[1].total
+    return compile_lanes(program, spec, lanes)[1].total
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+import click
+
 USAGE = "usage: python -m shearbatch {run,extract,stats} [OPTIONS]  (--help after one: its options)"
 HELP = f"""{USAGE}
 
@@ -32,12 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     where the command does not exit itself (``--help``, usage errors)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(HELP, end="", file=sys.stdout if args else sys.stderr)
+        click.echo(HELP, nl=False, err=not args)
         return 0 if args else 2
     name = args[0].removeprefix("bias-")
     if name not in COMMANDS:
-        print(f"Error: no command {args[0]!r}: python -m shearbatch run|extract|stats [OPTIONS]",
-              file=sys.stderr)  # fmt: skip
+        click.echo(f"Error: no command {args[0]!r}: python -m shearbatch run|extract|stats "
+                   "[OPTIONS]", err=True)  # fmt: skip
         return 2
     from . import cli
 

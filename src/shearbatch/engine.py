@@ -64,6 +64,7 @@ __all__ = [
     "Program",
     "batch_inputs",
     "build_program",
+    "compile_lanes",
     "default_writers",
     "host_batch",
     "inference_program",
@@ -231,7 +232,7 @@ class Lanes(NamedTuple):
         return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts)
 
 
-def _aot(program: Any, spec: RunSpec, lanes: int) -> tuple[Any, ProgramMemory | None]:
+def compile_lanes(program: Any, spec: RunSpec, lanes: int) -> tuple[Any, ProgramMemory | None]:
     """``program`` compiled ahead of time for ``lanes`` lanes of ``spec``'s stamps (the
     compile its first call would do; the persistent cache serves it the same way) and
     XLA's memory analysis of it; ``(None, None)`` where the program cannot be lowered."""
@@ -271,7 +272,7 @@ def plan_lanes(
     bud = memory_budget(budget)
     if auto:
         probe = max(8, multiple)
-        compiled, mem = _aot(program, spec, probe)
+        compiled, mem = compile_lanes(program, spec, probe)
         if mem is None:
             b = max(multiple, min(16, n_todo))
             return Lanes(
@@ -292,14 +293,14 @@ def plan_lanes(
                f"the cap of {AUTO_MAX_LANES}" if b == AUTO_MAX_LANES and b < fit else
                "the memory budget")  # fmt: skip
         if b != probe:
-            compiled, mem2 = _aot(program, spec, b)
+            compiled, mem2 = compile_lanes(program, spec, b)
             mem = mem2 or mem
         why = (f"batch size auto: {b} lanes (bound: {cap}; {fmt_bytes(mem.per_lane)} per "
                f"lane by XLA's memory analysis of the compiled program, {fit} lanes fit "
                f"{fmt_bytes(bud.bytes)}, {bud.source})")  # fmt: skip
         return Lanes(b, b, compiled, mem, bud, why)
     b = int(batch_size)
-    compiled, mem = _aot(program, spec, b)
+    compiled, mem = compile_lanes(program, spec, b)
     if mem is None:
         return Lanes(b, b, compiled, None, bud, f"batch size {b} (no memory analysis here)")
     if mem.total <= bud.bytes:
@@ -311,7 +312,7 @@ def plan_lanes(
         raise BatchTooLarge(_too_large(f"--batch-size {b}", mem, bud, multiple))
     width, mem2 = fit, None
     for _ in range(4):  # another width may vectorise (and chunk) differently: check it
-        compiled, mem2 = _aot(program, spec, width)
+        compiled, mem2 = compile_lanes(program, spec, width)
         if mem2 is None or mem2.total <= bud.bytes:
             break
         width = min(width - multiple, lanes_that_fit_line(mem, mem2, bud, multiple))
@@ -460,14 +461,11 @@ def run_campaign(
                 shards = jax.tree.leaves(out)[0].addressable_shards
                 logger.info("batch 1 lanes per device: %s", ", ".join(
                     f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
-                draws = jax.tree.map(np.asarray, out)
-                chi2 = np.asarray(check(draws.samples, sim.images))
-            else:
-                # over several devices the draws come back sharded: the (one-device)
-                # check then runs on their host copy
+                draws, chi2 = jax.tree.map(np.asarray, out), None
+            else:  # over several devices the draws come back sharded: checked on the host
                 draws, chi2 = lanes.run(program, keys, sim.images, check if mesh is None else None)
-                if chi2 is None:
-                    chi2 = np.asarray(check(draws.samples, sim.images))
+            if chi2 is None:
+                chi2 = np.asarray(check(draws.samples, sim.images))
             t_infer = time.perf_counter() - t1
             report = {"index": ib, "size": batch_size, "n_real": len(batch)}
             if method.batch_report:  # lanes in lockstep: a chunk, or a device's lanes

@@ -21,11 +21,14 @@ from typing import Any
 __all__ = [
     "CACHE_EVENTS",
     "CACHE_SUBDIR",
+    "WORKER_ENV",
     "compile_lock",
     "configure",
+    "cpu_only_worker",
     "default_cache_dir",
     "reset_cache_events",
     "scoped",
+    "scoped_environ",
 ]
 
 logger = logging.getLogger(__name__)
@@ -124,6 +127,39 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
     logger.info("JAX %s on %s x%d (%s), x64=%s, compilation cache: %s", jax.__version__,
                 devs[0].platform.upper(), len(devs), devs[0].device_kind, x64, cache)  # fmt: skip
     return cache
+
+
+#: the environment of worker processes that need no device (bias-run's writers,
+#: bias-extract's readers): whatever the node, one that imported JAX would start its CPU
+#: backend only (on a GPU node each process that starts the GPU backend takes 75% of the
+#: GPU's memory and the pool dies), and take no memory up front
+WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def cpu_only_worker() -> None:
+    """A worker process's initializer: :data:`WORKER_ENV`, and the platform flag of a JAX
+    already imported (spawn re-imports the parent's ``__main__`` first, which may import
+    JAX; an import starts no backend)."""
+    import sys
+
+    os.environ.update(WORKER_ENV)
+    if (jax := sys.modules.get("jax")) is not None:
+        jax.config.update("jax_platforms", WORKER_ENV["JAX_PLATFORMS"])
+
+
+@contextlib.contextmanager
+def scoped_environ(env: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` updated with ``env`` inside (a process started there inherits it)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager

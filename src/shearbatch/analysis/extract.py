@@ -41,13 +41,11 @@ the defaults are ``bias-run``'s). ``flags`` lists every flag by name,
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import multiprocessing
 import os
-import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -56,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import runtime
 from ..core import flags as fl
 from ..core.convergence import Convergence
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
@@ -67,7 +66,6 @@ __all__ = [
     "QUANTILES",
     "STATUSES",
     "SUMMARY_COLUMNS",
-    "WORKER_ENV",
     "Thresholds",
     "compact_draws",
     "convergence_flags",
@@ -79,7 +77,6 @@ __all__ = [
     "population_path",
     "posterior_attrs",
     "read_realization",
-    "scoped_environ",
     "status_counts",
     "write_population",
     "write_summary",
@@ -375,44 +372,18 @@ def _read_chunk(args: tuple[list[str], Thresholds]) -> list[dict[str, Any]]:
     return [read_realization(p, th, keep_draws=True) for p in dirs]
 
 
-#: the environment of bias-extract's reader processes: whatever the node, a reader that
-#: imported JAX would start its CPU backend only (on a GPU node each process that starts the
-#: GPU backend takes 75% of the GPU's memory and the pool dies), and take no memory up front.
-#: The readers need no JAX (core/population_np.py): this is the guard, not the mechanism.
-WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-
-
-def _cpu_only(env: Mapping[str, str]) -> None:  # a reader process's initializer
-    os.environ.update(env)
-    jax = sys.modules.get("jax")  # spawn re-imports the parent's __main__ first (bias-stats'
-    if jax is not None:  # script imports JAX; no backend is started by an import)
-        jax.config.update("jax_platforms", env.get("JAX_PLATFORMS", "cpu"))
-
-
-@contextlib.contextmanager
-def scoped_environ(env: Mapping[str, str]) -> Iterator[None]:
-    """``os.environ`` updated with ``env`` inside (a process started there inherits it)."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def map_cpu_only(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> Iterator[Any]:
     """``fn`` over ``items`` in ``workers`` spawned processes, results in order, each
-    process CPU-only (:data:`WORKER_ENV`: in its environment from its start, so JAX reads
-    it at import, and set again by its initializer). spawn, not fork: the caller may hold
+    process CPU-only (:data:`shearbatch.runtime.WORKER_ENV`: in its environment from its
+    start, so JAX reads it at import, and set again by its initializer; the readers need no
+    JAX, core/population_np.py: this is the guard, not the mechanism). spawn, not fork: the caller may hold
     threads (JAX, BLAS) that fork would copy mid-lock."""
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_cpu_only,
-                             initargs=(dict(WORKER_ENV),)) as ex:  # fmt: skip
-        with scoped_environ(WORKER_ENV):  # the processes start as the work is submitted
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                             initializer=runtime.cpu_only_worker) as ex:  # fmt: skip
+        with runtime.scoped_environ(
+            runtime.WORKER_ENV
+        ):  # the processes start as the work is submitted
             futures = [ex.submit(fn, it) for it in items]
         for f in futures:
             yield f.result()

@@ -82,7 +82,7 @@ def compile_first(plan: Plan, cache: str) -> None:
     import jax
 
     from ..core.batching import pad_to
-    from ..engine import _aot, build_program, lane_chunk_for
+    from ..engine import build_program, compile_lanes, lane_chunk_for
 
     spec, lanes = plan.spec, plan.batch_size
     devs = jax.devices()
@@ -110,7 +110,7 @@ def compile_first(plan: Plan, cache: str) -> None:
         built = build_program(spec, padded, chunk=lane_chunk_for(plan.lane_chunk, spec))
         # as the engine compiles it before its first batch (engine.plan_lanes: for the shapes,
         # not for these arrays), so that the cache entry is the one the tasks will look up
-        compiled = _aot(built.program, spec, lanes)[0] or built.compile()
+        compiled = compile_lanes(built.program, spec, lanes)[0] or built.compile()
         # the residual check too, on the program's outputs (the engine runs it on the device
         # after each batch): compiled here, under the lock, it is not compiled by two tasks
         samples = getattr(compiled, "out_info", None)

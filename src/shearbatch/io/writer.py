@@ -402,10 +402,9 @@ def _write_job(directory: str, record: Record | Mapping[str, Any]) -> str:
 
 
 def _ignore_signals() -> None:  # pragma: no cover - runs in a writer process
-    # a writer never needs a device: on a GPU node a process that initialised JAX's GPU
-    # backend would take most of its memory
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    from ..runtime import cpu_only_worker
+
+    cpu_only_worker()  # a writer never needs a device
     # the parent decides what a signal means and stops its writers itself ...
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
