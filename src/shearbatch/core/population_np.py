@@ -213,6 +213,15 @@ class Evaluation(NamedTuple):
     hess: np.ndarray | None
 
 
+def _cmul(a1: np.ndarray, a2: np.ndarray, b1: np.ndarray, b2: np.ndarray):
+    """``(a1 + i a2)(b1 + i b2)`` as (real, imaginary) arrays, with one temporary each."""
+    re = a1 * b1
+    re -= a2 * b2
+    im = a1 * b2
+    im += a2 * b1
+    return re, im
+
+
 def _block(g: np.ndarray, eps: np.ndarray, base: np.ndarray, prior: ShapePrior, order: int):
     """One block of galaxies: eps (n, K, 2), base (n, K) (any float type; NaN draws count
     as missing) -> per-galaxy (terms, k, ess, grad, hess). Written with in-place operations
@@ -268,15 +277,9 @@ def _block(g: np.ndarray, eps: np.ndarray, base: np.ndarray, prior: ShapePrior, 
     # 1/W = q1 + i q2; e eps = r1 + i r2; d e/d g* = e eps / W = c1 + i c2
     q1 = u / den
     q2 = d2 / den
-    r1 = e1 * p1
-    r1 -= e2 * p2
-    r2 = e1 * p2
-    r2 += e2 * p1
+    r1, r2 = _cmul(e1, e2, p1, p2)
     del e1, e2
-    c1 = r1 * q1
-    c1 -= r2 * q2
-    c2 = r1 * q2
-    c2 += r2 * q1
+    c1, c2 = _cmul(r1, r2, q1, q2)
     x11, x21 = c1 - q1, c2 - q2  # d e1 / d g1, d e2 / d g1
     x12 = c2
     x12 += q2  # d e1 / d g2
@@ -285,21 +288,12 @@ def _block(g: np.ndarray, eps: np.ndarray, base: np.ndarray, prior: ShapePrior, 
     x22 *= -1.0  # d e2 / d g2
     del c1, c2
     # 1/W^2 = t1 + i t2; eps / W^2 = v1 + i v2 (= -d2e/dg dg*); d2e/dg*^2 = 2 e eps^2/W^2
-    t1 = q1 * q1
-    t1 -= q2 * q2
-    t2 = q1 * q2
-    t2 *= 2.0
+    t1, t2 = _cmul(q1, q2, q1, q2)
     del q1, q2
-    v1 = p1 * t1
-    v1 -= p2 * t2
-    v2 = p1 * t2
-    v2 += p2 * t1
+    v1, v2 = _cmul(p1, p2, t1, t2)
     del t1, t2
-    b1 = r1 * v1
-    b1 -= r2 * v2
+    b1, b2 = _cmul(r1, r2, v1, v2)
     b1 *= 2.0
-    b2 = r1 * v2
-    b2 += r2 * v1
     b2 *= 2.0
     del r1, r2
     # log p_e(e(g)): gradient and Hessian (the components are independent)
