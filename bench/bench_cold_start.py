@@ -57,7 +57,7 @@ import _harness as h
 BIN = Path(sys.executable).parent
 MODES = {"before": "off", "after": "on"}
 _BATCH = re.compile(r"batch (\d+)/(\d+): (\d+) realization\(s\) in ([\d.]+) s \(simulation "
-                    r"([\d.]+) s, inference ([\d.]+) s\)")  # fmt: skip
+                    r"([\d.]+) s, inference ([\d.]+) s[,)]")  # fmt: skip
 _CACHE = re.compile(r"persistent compilation cache: (\d+) hit\(s\), (\d+) miss\(es\)")
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
 

@@ -16,6 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -216,12 +217,33 @@ class Lanes(NamedTuple):
         without ``check``), computed on the device before the draws leave it: one call of
         the program, or one per lane chunk of ``width`` (each chunk copied to the host as
         it ends)."""
+        return self.launch(program, keys, images, check).land()[:2]
+
+    def launch(
+        self, program: Callable[..., Any], keys: jax.Array, images: jax.Array,
+        check: Callable[..., Any] | None = None, waiter: Any = None,
+    ) -> InFlight:  # fmt: skip
+        """The batch dispatched to the device, not waited for: :meth:`InFlight.land` brings
+        its draws (and checks) to the host. A batch that runs in one call of the program
+        returns at once (JAX dispatches asynchronously), so the host can write the previous
+        batch while the device runs this one; ``waiter`` (an executor of one thread) then
+        stamps the moment the device is done, for the log's inference time. A batch in lane
+        chunks runs chunk by chunk, each copied to the host as it ends (its memory bound),
+        when it lands."""
         fn = self.compiled if self.compiled is not None else program
-        n, w = keys.shape[0], self.width
-        parts = []
-        for i in range(0, n, min(w, n)):
+        n, w, t0 = keys.shape[0], self.width, time.perf_counter()
+        if w >= n:  # the whole batch in one call: dispatched now
+            out = fn(keys, images)
+            c = check(out.samples, images) if check is not None else None
+            ready = waiter.submit(_ready_at, (out, c)) if waiter is not None else None
+            return InFlight(t0, (out, c), ready, None)
+        return InFlight(t0, None, None, lambda: self._chunks(fn, keys, images, check))
+
+    def _chunks(self, fn, keys, images, check) -> tuple[Any, np.ndarray | None]:
+        n, w, parts = keys.shape[0], self.width, []
+        for i in range(0, n, w):
             k, im = keys[i : i + w], images[i : i + w]
-            if short := max(0, w - k.shape[0]) if w < n else 0:  # the last chunk, padded
+            if short := max(0, w - k.shape[0]):  # the last chunk, padded
                 k, im = (jnp.concatenate([a, jnp.repeat(a[-1:], short, axis=0)]) for a in (k, im))
             out = fn(k, im)
             c = check(out.samples, im) if check is not None else None
@@ -230,6 +252,31 @@ class Lanes(NamedTuple):
         if len(parts) == 1:
             return parts[0]
         return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts)
+
+
+def _ready_at(tree: Any) -> float:
+    """When every array of ``tree`` is computed (``perf_counter``; waits without the GIL)."""
+    jax.block_until_ready(tree)
+    return time.perf_counter()
+
+
+class InFlight(NamedTuple):
+    """A batch dispatched by :meth:`Lanes.launch`."""
+
+    t_launch: float
+    out: Any  # (draws, checks) on the device, or None (lane chunks: run when landing)
+    ready: Any  # a future of the time the device finished, or None
+    run_chunks: Callable[[], Any] | None
+
+    def land(self) -> tuple[Any, np.ndarray | None, float]:
+        """``(draws, checks, device_s)`` on the host: ``device_s`` from the dispatch to the
+        device's end (stamped by the waiter), or to the copy's end without one."""
+        if self.run_chunks is not None:
+            draws, c = self.run_chunks()
+            return draws, c, time.perf_counter() - self.t_launch
+        draws, c = jax.tree.map(np.asarray, self.out)
+        t_end = self.ready.result() if self.ready is not None else time.perf_counter()
+        return draws, c, t_end - self.t_launch
 
 
 def compile_lanes(program: Any, spec: RunSpec, lanes: int) -> tuple[Any, ProgramMemory | None]:
@@ -377,11 +424,13 @@ def run_campaign(
     padded to it. ``simulate_fn`` replaces the generator (e.g. to inject a broken
     realization).
 
-    With ``overlap`` (default) batch k's realizations are written by a
-    :class:`~shearbatch.io.WriterPool` (``writers`` workers of ``writer_kind``; by
-    default :func:`default_writers` of this machine's cores)
-    while batch k+1 is simulated and inferred; at most two batches wait to be
-    written. Without it each realization is written before the next batch starts.
+    Batch k+1 is simulated and dispatched to the device before batch k's records are made,
+    so the host's work on batch k runs while the device computes batch k+1 (a batch in lane
+    chunks runs when it lands). With ``overlap`` (default) batch k's realizations are then
+    written by a :class:`~shearbatch.io.WriterPool` (``writers`` workers of
+    ``writer_kind``; by default :func:`default_writers` of this machine's cores); at most
+    two batches wait to be written. Without it each realization is written in turn, before
+    batch k+2 is dispatched.
     A set ``stop`` event (SIGTERM, Ctrl-C) or a ``deadline`` (``time.time()``
     seconds) that the next batch would overrun, estimated from the batches so far,
     stops the loop before its next batch; the writes already queued finish. A write
@@ -442,61 +491,102 @@ def run_campaign(
         logger.info("removed %d temporary file(s) left by a killed run", n_orphans)
     if isinstance(sink, WriterPool):
         sink.bound(2 * batch_size)  # at most two batches wait to be written
+
+    def launch(ib: int, batch: Sequence[Realization]) -> dict[str, Any]:
+        """Simulate batch ``ib`` and dispatch its inference (not waited for)."""
+        t0 = time.perf_counter()
+        sim, keys = batch_inputs(spec, pad_to(batch, batch_size), simulate_fn)
+        obs = np.asarray(sim.images)
+        t1 = time.perf_counter()
+        if mesh is not None and ib == 0:
+            out = program(keys, sim.images)
+            shards = jax.tree.leaves(out)[0].addressable_shards
+            logger.info("batch 1 lanes per device: %s", ", ".join(
+                f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
+            flight = InFlight(t1, (out, None), None, None)
+        else:  # over several devices the draws come back sharded: checked on the host
+            flight = lanes.launch(program, keys, sim.images, check if mesh is None else None,
+                                  waiter)  # fmt: skip
+        return {"ib": ib, "batch": batch, "sim": sim, "obs": obs, "flight": flight,
+                "t0": t0, "t_sim": t1 - t0}  # fmt: skip
+
+    def land(job: dict[str, Any]) -> dict[str, Any]:
+        """Wait for the device, bring the batch's draws to the host."""
+        t = time.perf_counter()
+        draws, chi2, t_infer = job["flight"].land()
+        if chi2 is None:
+            chi2 = np.asarray(check(draws.samples, job["sim"].images))
+        job.update(draws=draws, chi2=chi2, t_infer=t_infer, t_wait=time.perf_counter() - t)
+        return job
+
+    def finish(job: dict[str, Any], t_host: float) -> None:
+        """Batch ``job``'s records, statistics and writes (queued to the sink), on the host
+        while the device runs the next batch."""
+        ib, batch, draws, chi2, obs = (job[k] for k in ("ib", "batch", "draws", "chi2", "obs"))
+        t_infer = job["t_infer"]
+        report = {"index": ib, "size": batch_size, "n_real": len(batch)}
+        if method.batch_report:  # lanes in lockstep: a chunk, or a device's lanes
+            report.update(method.batch_report(draws, lockstep=width or per_device))
+        if (eff := report.get("lockstep_efficiency")) is not None:
+            logger.info("batch %d: lockstep efficiency %s", ib + 1, eff)
+        if hint := report.pop("hint", None):
+            logger.info("batch %d: %s", ib + 1, hint)
+        hsim = host_batch(job["sim"], obs)  # the per-realization records index host arrays
+        for b, r in enumerate(batch):
+            lane = jax.tree.map(lambda a, b=b: a[b], draws)
+            rec = records(spec, method, r, lane, obs[b], hsim, b, dtype, float(chi2[b]))
+            conv = rec.convergence.replace(
+                batch={**report, "lane": b}, runtime_s=t_infer / len(batch),
+                provenance=dict(provenance or {}),
+            )  # fmt: skip
+            sink.submit(out_dir(output_dir, r), rec._replace(convergence=conv))
+            for site, v in conv.prior.items():
+                pulls.setdefault(site, []).append(v["shrinkage"])
+            status[str(out_dir(output_dir, r))] = conv.status
+            if conv.status != "ok":
+                logger.warning("%s failed: %s", r.run_id, conv.reason)
+        if bar is not None:
+            bar.update(len(batch))
+        # wall: this batch's dispatch to its landing (the previous batch's host work ran
+        # meanwhile); inference: dispatch to the device's end; host: this batch's records and
+        # queued writes (done while the next batch ran); wait: the host idle for the device
+        logger.info("batch %d/%d: %d realization(s) in %.2f s (simulation %.2f s, inference "
+                    "%.2f s, host %.2f s, wait %.2f s)", ib + 1, len(batches), len(batch),
+                    job["wall"], job["t_sim"], t_infer, time.perf_counter() - t_host,
+                    job["t_wait"])  # fmt: skip
+        hosts.append(time.perf_counter() - t_host)
+
+    # batch k+1 is dispatched before batch k's host work, which then runs while the device
+    # computes: the device waits only for a batch's simulation and its copy to the host
+    waiter = ThreadPoolExecutor(1, thread_name_prefix="shearbatch-device")
+    landed: dict[str, Any] | None = None
+    hosts: list[float] = []  # each finished batch's host work (s)
     try:
         for ib, batch in enumerate(batches):
             if stop is not None and stop.is_set():
                 stopped = "signal"
                 break
-            if deadline is not None and not (_fits(times, deadline) if times else first_ok):
+            # a batch's cost: its dispatch to landing, and its host work after that
+            cost = [t + h for t, h in zip(times, hosts, strict=False)] or times
+            if deadline is not None and not (_fits(cost, deadline) if times else first_ok):
                 stopped = "time limit"
                 break
             sink.check()
-            t0 = time.perf_counter()
-            padded = pad_to(batch, batch_size)
-            sim, keys = batch_inputs(spec, padded, simulate_fn)
-            obs = np.asarray(sim.images)
-            t1 = time.perf_counter()
-            if mesh is not None and ib == 0:
-                out = program(keys, sim.images)
-                shards = jax.tree.leaves(out)[0].addressable_shards
-                logger.info("batch 1 lanes per device: %s", ", ".join(
-                    f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
-                draws, chi2 = jax.tree.map(np.asarray, out), None
-            else:  # over several devices the draws come back sharded: checked on the host
-                draws, chi2 = lanes.run(program, keys, sim.images, check if mesh is None else None)
-            if chi2 is None:
-                chi2 = np.asarray(check(draws.samples, sim.images))
-            t_infer = time.perf_counter() - t1
-            report = {"index": ib, "size": batch_size, "n_real": len(batch)}
-            if method.batch_report:  # lanes in lockstep: a chunk, or a device's lanes
-                report.update(method.batch_report(draws, lockstep=width or per_device))
-            if (eff := report.get("lockstep_efficiency")) is not None:
-                logger.info("batch %d: lockstep efficiency %s", ib + 1, eff)
-            if hint := report.pop("hint", None):
-                logger.info("batch %d: %s", ib + 1, hint)
-            hsim = host_batch(sim, obs)  # the per-realization records index host arrays
-            for b, r in enumerate(batch):
-                lane = jax.tree.map(lambda a, b=b: a[b], draws)
-                rec = records(spec, method, r, lane, obs[b], hsim, b, dtype, float(chi2[b]))
-                conv = rec.convergence.replace(
-                    batch={**report, "lane": b}, runtime_s=t_infer / len(batch),
-                    provenance=dict(provenance or {}),
-                )  # fmt: skip
-                sink.submit(out_dir(output_dir, r), rec._replace(convergence=conv))
-                for site, v in conv.prior.items():
-                    pulls.setdefault(site, []).append(v["shrinkage"])
-                status[str(out_dir(output_dir, r))] = conv.status
-                if conv.status != "ok":
-                    logger.warning("%s failed: %s", r.run_id, conv.reason)
-            times.append(time.perf_counter() - t0 + (t_plan if not times else 0.0))
-            if bar is not None:
-                bar.update(len(batch))
-            logger.info("batch %d/%d: %d realization(s) in %.2f s (simulation %.2f s, inference "
-                        "%.2f s)", ib + 1, len(batches), len(batch), times[-1], t1 - t0, t_infer)  # fmt: skip
+            job = launch(ib, batch)
+            if landed is not None:
+                finish(landed, time.perf_counter())
+            job = land(job)
+            job["wall"] = time.perf_counter() - job["t0"] + (t_plan if not times else 0.0)
+            times.append(job["wall"])
+            landed = job
+        if landed is not None:
+            finish(landed, time.perf_counter())
+            landed = None
     except BaseException:
         sink.close(abandon=True)
         raise
     finally:
+        waiter.shutdown(wait=False)
         if bar is not None:
             bar.close()
     sink.close()
