@@ -417,6 +417,7 @@ def run_campaign(
     provenance: dict[str, Any] | None = None,
     lane_chunk: int | str | None = "auto",
     memory_budget: int | str | None = None,
+    draws: str = "all",
 ) -> CampaignReport:
     """Infer every realization and write its directory under ``output_dir``.
 
@@ -444,8 +445,10 @@ def run_campaign(
     ``batch_size`` ``"auto"`` and a batch that does not fit ``memory_budget`` (bytes or
     ``"2GiB"``; default: the device's free memory): :func:`plan_lanes`, before the first
     batch (:class:`BatchTooLarge` when not even one lane fits).
+    ``draws``: what posterior.nc keeps (``campaign.draws``: :func:`estimator_draws`).
     """
     simulate_fn, t_start, todo = simulate_fn or generate, time.perf_counter(), list(realizations)
+    keep = draws  # (``draws`` below: a batch's)
     mesh = lane_mesh()
     n_dev = 1 if mesh is None else mesh.devices.size
     if batch_size != "auto" and (lanes := lanes_for(int(batch_size), mesh)) != batch_size:
@@ -535,6 +538,8 @@ def run_campaign(
         for b, r in enumerate(batch):
             lane = jax.tree.map(lambda a, b=b: a[b], draws)
             rec = records(spec, method, r, lane, obs[b], hsim, b, dtype, float(chi2[b]))
+            if keep == "estimator":
+                rec = estimator_draws(rec, spec.population is not None)
             conv = rec.convergence.replace(
                 batch={**report, "lane": b}, runtime_s=t_infer / len(batch),
                 provenance=dict(provenance or {}),
@@ -715,6 +720,24 @@ def records(
         truth=truth_record(spec, r, sim, b),
         convergence=conv,
     )
+
+
+def estimator_draws(rec: Record, interim: bool) -> Record:
+    """``rec`` keeping only the draws its shear estimate is made from (``campaign.draws:
+    estimator``), as float32, the precision the pooled fit reads them in
+    (:func:`shearbatch.analysis.extract.compact_draws`): ``g1``, ``g2`` (the joint model)
+    or ``e1``, ``e2`` and ``interim_log_weight`` less each galaxy's largest (the interim
+    model: a per-galaxy constant does not move its weights); the other sample statistics
+    as they are. A Level 2 posterior.nc is then ~5x smaller (1.9 MB -> ~0.4 MB)."""
+    keep = ("e1", "e2") if interim else SHEAR_SITES
+    post = {k: np.asarray(v, np.float32) for k, v in rec.posterior.items() if k in keep}
+    stats = dict(rec.sample_stats or {})
+    stats.pop("laplace_log_q", None)  # the Laplace density of all latents' draws
+    if (lw := stats.get("interim_log_weight")) is not None:  # (chain, draw, galaxy)
+        lw = np.asarray(lw, np.float64)
+        top = np.max(np.where(np.isfinite(lw), lw, -np.inf), axis=(0, 1), keepdims=True)
+        stats["interim_log_weight"] = (lw - np.where(np.isfinite(top), top, 0.0)).astype(np.float32)
+    return rec._replace(posterior=post, sample_stats=stats)
 
 
 def interim_attrs(spec: RunSpec) -> dict[str, Any]:

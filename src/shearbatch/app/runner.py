@@ -196,7 +196,7 @@ def run_claimed(plan: Plan, provenance: dict[str, Any], **engine_kw: Any) -> tup
                                   batch_size="auto" if plan.auto_batch else plan.batch_size,
                                   overlap=plan.options.overlap, lane_chunk=plan.lane_chunk,
                                   provenance=provenance, memory_budget=plan.options.memory_budget,
-                                  **engine_kw)  # fmt: skip
+                                  draws=plan.cfg.campaign.draws, **engine_kw)  # fmt: skip
         except BatchTooLarge as err:
             raise PlanError(str(err)) from None
     return report, cl.skipped

@@ -408,6 +408,8 @@ class CampaignConfig(_Strict):
     """[count] Ring design: copies per seed with every intrinsic shape rotated by k * 180 / rotations degrees, k = 0 .. rotations - 1 (shape-noise cancellation; run ids end in _r<k>; with paired, 2 x rotations images per seed and grid point) (--rotations). Example: 2"""
     rotation_noise: Literal["shared", "independent"] = "shared"
     """Noise field of a rotated copy: the seed's own (shared: the copy differs only by its rotated shapes) or an independent one per copy. Example: shared"""
+    draws: Literal["all", "estimator"] = "all"
+    """What each posterior.nc keeps: every latent's draws (all), or only those the shear estimate is made from, as float32 (estimator: g1, g2 for the joint model; e1, e2 and interim_log_weight for the interim model; ~5x fewer bytes at Level 2, for campaigns of 10^4-10^5 realizations). bias-extract and bias-stats read either. Example: estimator"""
     shear_from_prior: bool = False
     """SBC: each realization's true shear drawn from gal.shear instead of a grid (--shear-from-prior)."""
     sbatch: SbatchConfig = SbatchConfig()
@@ -676,16 +678,23 @@ def read_config_data(path: str | Path) -> Any:
     return raw
 
 
-#: Keys added after configs were hashed: left at their default (null) they are not hashed,
-#: so a campaign started before a key existed keeps its hash (and resumes).
-_HASH_NEUTRAL = (("image", "alias_band"),)
+#: Keys added after configs were hashed, by their path: left at their default (null) they
+#: are not hashed, so a campaign started before a key existed keeps its hash (and resumes).
+_HASH_NEUTRAL = (
+    ("image", "alias_band"),
+    ("inference", "map_config", "proposal"),
+    ("inference", "map_config", "proposal_dof"),
+)
 
 
 def config_hash(cfg: Config) -> str:
     """Stable short hash of the validated configuration (without ``campaign``)."""
     data = cfg.model_dump(mode="json", exclude={"campaign"})
-    for section, key in _HASH_NEUTRAL:  # added later: at its default, not in the hash
-        if data.get(section, {}).get(key, 0) is None:
-            del data[section][key]
+    for *path, key in _HASH_NEUTRAL:  # added later: at its default, not in the hash
+        node = data
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node and node[key] is None:
+            del node[key]
     blob = json.dumps(data, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
