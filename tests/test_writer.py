@@ -146,9 +146,11 @@ def test_a_failed_write_leaves_the_realization_absent(tmp_path, monkeypatch):
     assert realization_status(tmp_path, "r0") == "absent"
 
 
-@pytest.mark.parametrize("kind", ["thread", "process"])
-def test_pool_writes_everything_and_stops_at_the_first_error(tmp_path, kind):
-    pool = WriterPool(workers=2, max_pending=3, kind=kind)
+@pytest.mark.parametrize(("kind", "group"), [("thread", 1), ("process", 1), ("process", 4)])
+def test_pool_writes_everything_and_stops_at_the_first_error(tmp_path, kind, group):
+    """Also with process writers taking ``group`` realizations per job: a partial group is
+    sent at close, and a group whose write fails leaves the rest of it absent."""
+    pool = WriterPool(workers=2, max_pending=8, kind=kind, group=group)
     for i in range(6):
         pool.submit(tmp_path / f"r{i}", record(i))
     assert pool.close() and pool.error is None
@@ -156,7 +158,7 @@ def test_pool_writes_everything_and_stops_at_the_first_error(tmp_path, kind):
     assert all(realization_status(tmp_path, f"r{i}") == "done" for i in range(6))
     # a file where a realization directory should go: that write fails, the run stops
     (tmp_path / "bad").write_text("not a directory")
-    pool = WriterPool(workers=1, max_pending=2, kind=kind)
+    pool = WriterPool(workers=1, max_pending=2 * group, kind=kind, group=group)
     with pytest.raises(WriteError, match=r"cannot write .*bad"):
         for i in range(40):
             pool.submit(tmp_path / ("bad" if i == 1 else f"s{i}"), record(i))

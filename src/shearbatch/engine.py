@@ -387,6 +387,9 @@ class _Serial:
     def __init__(self) -> None:
         self.written: list[str] = []
 
+    def flush(self) -> None:
+        pass
+
     def submit(self, directory: Path, record: Record) -> None:
         try:
             write_record(directory, record)
@@ -493,7 +496,8 @@ def run_campaign(
     if n_orphans := sum(clean_orphans(out_dir(output_dir, r)) for r in todo):
         logger.info("removed %d temporary file(s) left by a killed run", n_orphans)
     if isinstance(sink, WriterPool):
-        sink.bound(2 * batch_size)  # at most two batches wait to be written
+        # at most two batches wait to be written; a process writer takes a few per job
+        sink.bound(2 * batch_size, group=max(1, min(16, batch_size // (4 * writers))))
 
     def launch(ib: int, batch: Sequence[Realization]) -> dict[str, Any]:
         """Simulate batch ``ib`` and dispatch its inference (not waited for)."""
@@ -550,6 +554,7 @@ def run_campaign(
             status[str(out_dir(output_dir, r))] = conv.status
             if conv.status != "ok":
                 logger.warning("%s failed: %s", r.run_id, conv.reason)
+        sink.flush()
         if bar is not None:
             bar.update(len(batch))
         # wall: this batch's dispatch to its landing (the previous batch's host work ran
