@@ -1,0 +1,228 @@
+"""A field-precision Level 2 campaign on one GPU, run as a user runs it, in one command.
+
+Issue 34 asks for Level 2 on a 2-D grid at sigma_m <= 3e-4 (about a million galaxies);
+issue 33 for the GPU path's figures (host fraction of a warm Level 2 batch, Level 0
+realizations/s end to end). Both come from the same three CLI stages, timed here:
+
+1. ``level0``: ``python -m shearbatch run`` of configs/level0.yaml, ``--batch-size auto``:
+   its realizations/s end to end and after the first batch (the compile), host fraction;
+2. ``level2``: configs/level2.yaml on the 2-D grid +-(0.02, +-0.02) (paired, ring: 8
+   images of 32 galaxies per seed), ``campaign.draws: estimator`` (posterior.nc keeps the
+   draws the pooled fit reads, float32), ``--batch-size auto``, ``--time-limit``: the warm
+   batches' host fraction, galaxies/s, bytes per realization;
+3. ``extract`` (``python -m shearbatch extract``) and ``stats`` (``python -m shearbatch
+   stats --requirement lsst-project``): their wall, m1, m2, c1, c2 with errors, the
+   verdict, the pooled fits' status, and the importance weights' ESS per galaxy (from a
+   sample of the realizations' convergence.json).
+
+Writes into ``--out`` (the device tool's $OUT: at most 8 files come back): field.json (the
+record), field.log (every stage's output), bias_results.json, summary_compact.csv.gz (one
+row per realization: truth, estimate, flags), and the stats' bias plot(s). Figures are
+printed as they come. ``--cpu-smoke``: tiny sizes on the CPU, to try the script.
+
+    python bench/bench_field.py --out $OUT --l2-seeds 5000 --l2-time-limit 240
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import _harness as h
+import bench_gpu as bg
+
+GRID2 = ["--shear-grid-g2", "-0.02,0.02"]
+SMOKE_L2 = ["--set", "image.n_objects=4", "--set", "inference.map_config.num_samples=200"]
+PLOTS = ("residuals.png", "coverage.png")  # of the stats' plots/
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="where the record goes")
+    ap.add_argument("--l0-realizations", type=int, default=16384)
+    ap.add_argument("--l2-seeds", type=int, default=5000, help="seeds (8 images each)")
+    ap.add_argument("--l2-time-limit", default="240", help="bias-run --time-limit of level2")
+    ap.add_argument("--l2-batch", default="auto")
+    ap.add_argument("--budget-s", type=float, default=560.0, help="all steps together")
+    ap.add_argument("--root", type=Path, default=None, help="campaign roots (default: tmp)")
+    ap.add_argument(
+        "--sample-every",
+        type=int,
+        default=10,
+        help="read every Nth realization's convergence.json for the ESS figures",
+    )
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU")
+    ap.add_argument("--skip-l0", action="store_true")
+    return ap.parse_args(argv)
+
+
+def _shearbatch(stage: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "shearbatch", stage, *args]
+
+
+def ess_figures(root: Path, every: int) -> dict[str, Any]:
+    """Per-galaxy importance ESS fractions of every ``every``-th realization (sorted by
+    name): the share below 10% of the draws (POP_WEIGHTS_COLLAPSED's threshold), by S/N."""
+    dirs = sorted(p for p in root.iterdir() if (p / "convergence.json").is_file())[::every]
+    frac, snr = [], []
+    for d in dirs:
+        c = json.loads((d / "convergence.json").read_text())
+        f = (c.get("importance") or {}).get("ess_fraction")
+        if f:
+            frac += [float(x) if x is not None else 0.0 for x in f]
+            snr += list(c.get("snr") or [float("nan")] * len(f))
+    if not frac:
+        return {"realizations_read": len(dirs), "galaxies": 0}
+    import numpy as np
+
+    fr, sn = np.asarray(frac), np.asarray(snr, float)
+    low = fr < 0.1
+    bands = [(0, 20), (20, 30), (30, 50), (50, 1e9)]
+    by = {f"snr_{a:g}_{b:g}": {"galaxies": int(((sn >= a) & (sn < b)).sum()),
+                               "below_10pct": int((low & (sn >= a) & (sn < b)).sum())}
+          for a, b in bands}  # fmt: skip
+    n, k = fr.size, int(low.sum())
+    return {"realizations_read": len(dirs), "galaxies": n, "below_10pct": k,
+            "below_10pct_fraction": k / n,
+            "binomial_95_upper": bg_upper(k, n),
+            "ess_fraction_min": float(fr.min()), "ess_fraction_median": float(np.median(fr)),
+            "by_snr": by}  # fmt: skip
+
+
+def bg_upper(k: int, n: int) -> float:
+    """The one-sided 95% upper bound of a binomial fraction k/n (Wilson score)."""
+    z = 1.645
+    p = k / n
+    den = 1 + z * z / n
+    return (p + z * z / (2 * n) + z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5) / den
+
+
+def bytes_per_realization(root: Path, n: int = 50) -> dict[str, float]:
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))[:n]
+    per = {}
+    for name in ("posterior.nc", "convergence.json", "truth.json"):
+        sizes = [(d / name).stat().st_size for d in dirs if (d / name).is_file()]
+        per[name] = sum(sizes) / len(sizes) if sizes else None
+    return per
+
+
+def compact_summary(src: Path, dst: Path) -> int:
+    cols = ("run_id", "seed", "g1_true", "g2_true", "g1_mean", "g2_mean", "g1_std", "g2_std",
+            "status", "flags", "pair_id", "pair_sign")  # fmt: skip
+    n = 0
+    with open(src, newline="") as f, gzip.open(dst, "wt", newline="") as g:
+        rd = csv.DictReader(f)
+        keep = [c for c in cols if c in (rd.fieldnames or [])]
+        wr = csv.DictWriter(g, keep, extrasaction="ignore")
+        wr.writeheader()
+        for row in rd:
+            wr.writerow(row)
+            n += 1
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(args.root or tempfile.mkdtemp(prefix="bench_field_"))
+    ns = argparse.Namespace(budget_s=args.budget_s, cpu_smoke=args.cpu_smoke, cache_dir=None)
+    run = bg.Runner(ns, tmp)
+    res: dict[str, Any] = {**h.provenance("float64"), "settings": {
+        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}  # fmt: skip
+    if sha := os.environ.get("SHEARBATCH_GIT_COMMIT"):
+        res["git"] = {"commit": sha, "modified": None, "source": "$SHEARBATCH_GIT_COMMIT"}
+    smoke = args.cpu_smoke
+
+    def save() -> None:
+        (args.out / "field.json").write_text(json.dumps(res, indent=1, default=str))
+        (args.out / "field.log").write_text("".join(run.logs))
+
+    def campaign(name: str, config: str, root: Path, extra: list[str], timeout: float):
+        cmd = _shearbatch("run", "--config", str(h.ROOT / "configs" / config), *extra,
+                          "--no-progress", "--output-dir", str(root))  # fmt: skip
+        r = run.run(name, cmd, timeout)
+        log = bg.parse_log(r["text"])
+        fig = bg.campaign_figures(log, 4 if smoke and "level2" in config else
+                                  (32 if "level2" in config else 1), r["wall_s"])  # fmt: skip
+        fig.update(exit=r["status"], device=log.get("jax"), errors=log["errors"][:5],
+                   args=" ".join(extra), command=" ".join(cmd[1:]))  # fmt: skip
+        fig.pop("batches", None) if len(fig.get("batches") or []) > 200 else None
+        return fig
+
+    # 1. Level 0 throughput
+    if not args.skip_l0:
+        n0 = 64 if smoke else args.l0_realizations
+        seeds = max(1, n0 // 16)  # level0's grid: 8 g1 x 2 g2 points
+        l0 = campaign("level0", "level0.yaml", tmp / "l0",
+                      ["--shear-grid", "-0.04,-0.03,-0.02,-0.01,0.01,0.02,0.03,0.04", *GRID2,
+                       "--n-realizations", str(seeds), "--batch-size", "auto"],
+                      timeout=min(120, run.left()))  # fmt: skip
+        res["level0"] = l0
+        print(f"[level0] {l0.get('realizations')} realizations: "
+              f"{l0.get('realizations_per_s_end_to_end')} /s process, "
+              f"{l0.get('realizations_per_s_after_batch_1')} /s after batch 1, host fraction "
+              f"{l0.get('host_fraction_warm_median')}", flush=True)  # fmt: skip
+        shutil.rmtree(tmp / "l0", ignore_errors=True)
+        save()
+
+    # 2. Level 2 on the 2-D grid, the estimator's draws only
+    root = tmp / "l2"
+    seeds = 2 if smoke else args.l2_seeds
+    l2_args = [*GRID2, "--set", "campaign.draws=estimator", "--n-realizations", str(seeds),
+               "--batch-size", args.l2_batch, "--time-limit", args.l2_time_limit,
+               *(SMOKE_L2 if smoke else [])]  # fmt: skip
+    l2 = campaign("level2", "level2.yaml", root, l2_args, timeout=max(30, run.left() - 120))
+    l2["bytes_per_realization"] = bytes_per_realization(root) if root.is_dir() else None
+    res["level2"] = l2
+    print(f"[level2] {l2.get('realizations')} realizations "
+          f"({l2.get('exit')}): {l2.get('galaxies_per_s_post_compile')} galaxies/s post-compile, "
+          f"host fraction warm {l2.get('host_fraction_warm_median')}", flush=True)  # fmt: skip
+    save()
+
+    # 3. extract and stats
+    csv_path, stats_dir = root / "summary.csv", tmp / "stats"
+    r = run.run("extract", _shearbatch("extract", "--input-dir", str(root), "--output",
+                                       str(csv_path), "--no-progress"),
+                max(20, run.left() - 60))  # fmt: skip
+    res["extract"] = {"status": r["status"], "wall_s": r["wall_s"]}
+    save()
+    if csv_path.is_file():
+        t = time.perf_counter()
+        r = run.run("stats", _shearbatch("stats", "--input", str(csv_path), "--output-dir",
+                                         str(stats_dir), "--requirement", "lsst-project"),
+                    max(20, run.left() - 15))  # fmt: skip
+        res["stats"] = {"status": r["status"], "wall_s": time.perf_counter() - t,
+                        "printed": r["text"][-3000:]}  # fmt: skip
+        br = stats_dir / "bias_results.json"
+        if br.is_file():
+            shutil.copy(br, args.out / "bias_results.json")
+            b = json.loads(br.read_text())
+            res["result"] = {k: b.get(k) for k in ("m1", "m1_err", "c1", "c1_err", "m2",
+                                                     "m2_err", "c2", "c2_err", "n_used",
+                                                     "verdict", "passed", "warnings")}  # fmt: skip
+            print(f"[stats] {json.dumps(res['result'])}", flush=True)
+        for name in PLOTS:
+            if (p := stats_dir / "plots" / name).is_file():
+                shutil.copy(p, args.out / name)
+        res["summary_rows"] = compact_summary(csv_path, args.out / "summary_compact.csv.gz")
+    if root.is_dir():
+        res["ess"] = ess_figures(root, 1 if smoke else args.sample_every)
+        print(f"[ess] {json.dumps({k: v for k, v in res['ess'].items() if k != 'by_snr'})}")
+    res["total_s"] = time.perf_counter() - run.t0
+    save()
+    if args.root is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
