@@ -21,6 +21,26 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "dx": ("pixel", "galaxy centre offset from the stamp centre along x"),
     "dy": ("pixel", "galaxy centre offset from the stamp centre along y"),
     "obs": ("image units per pixel", "observed stamp: simulated galaxy plus pixel noise"),
+    # per-draw statistics (sample_stats); the interim model's MAP draws are proposal
+    # draws: only weighted by exp(interim_log_weight) (times the population prior) do they
+    # estimate anything (inference.map_config.proposal, docs/config.md)
+    "interim_log_weight": (
+        "1",
+        "log importance weight of the draw per galaxy (interim model): "
+        "log p(d, x) - log q(x) - log pi(e) for MAP's proposal draws, "
+        "-log pi(e) for NUTS's; up to a per-galaxy constant. The draws "
+        "are not posterior draws until weighted",
+    ),
+    "laplace_log_q": (
+        "1",
+        "log density of the draw under the Laplace Gaussian (unconstrained "
+        "coordinates, without its -D/2 log 2 pi)",
+    ),
+    "proposal_log_q": (
+        "1",
+        "log density of the draw under the interim model's Student-t "
+        "proposal (unconstrained coordinates, summed over galaxies)",
+    ),
 }
 
 

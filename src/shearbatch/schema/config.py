@@ -684,6 +684,7 @@ _HASH_NEUTRAL = (
     ("image", "alias_band"),
     ("inference", "map_config", "proposal"),
     ("inference", "map_config", "proposal_dof"),
+    ("inference", "map_config", "proposal_centre"),
 )
 
 
