@@ -6,7 +6,7 @@ realization of each host stage of the engine, median of ``--repeats``:
 
 - ``records``: the per-realization statistics and records (the method's diagnosis, the
   flags, the prior influence, ``truth.json``'s and ``convergence.json``'s contents): the
-  engine's loop over ``shearbatch.engine.records`` (with ``host_batch`` where it exists);
+  engine's loop over ``shearbatch.records.records`` (with ``host_batch`` where it exists);
 - ``write``: the three files of every realization of the batch, written in this thread
   (``shearbatch.io.write_record``), split into ``posterior.nc`` and the two JSON files;
 - ``host``: records + write, the figure the issue's target is stated in.
@@ -40,7 +40,10 @@ GRID = (-0.02, 0.02)
 def _records(spec, method, plan, draws, sim, dtype: str) -> list:
     import jax
 
-    from shearbatch import engine
+    try:  # the record assembly's module (engine.py's before it moved)
+        from shearbatch import records as engine
+    except ImportError:
+        from shearbatch import engine
 
     obs = np.asarray(sim.images)
     if hasattr(engine, "host_batch"):  # the engine's arrays on the host once per batch

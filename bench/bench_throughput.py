@@ -108,8 +108,9 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
     import jax
 
     from shearbatch.campaign import plan_campaign
-    from shearbatch.engine import build_program, lane_chunk_for, records
+    from shearbatch.engine import build_program, lane_chunk_for
     from shearbatch.io import write_record
+    from shearbatch.records import records
 
     plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
     base = build_program(spec, plan)  # one batch of inputs, two programs

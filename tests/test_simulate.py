@@ -6,7 +6,8 @@ import pytest
 from conftest import write_config
 from shearbatch.campaign import Realization, plan_campaign
 from shearbatch.core.generate import render_stamps
-from shearbatch.engine import generate, truth_record
+from shearbatch.engine import generate
+from shearbatch.records import truth_record
 from shearbatch.schema import load_config
 from shearbatch.spec import problem, run_spec
 

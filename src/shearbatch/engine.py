@@ -12,7 +12,6 @@ written normally.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,9 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._version import __version__
 from .campaign import Realization, make_batches
-from .core import flags as fl
 from .core.batching import (
     batched,
     chunk_width,
@@ -36,9 +33,8 @@ from .core.batching import (
     pad_to,
     realization_keys,
 )
-from .core.checks import chi2_program, misfit
-from .core.convergence import Convergence
-from .core.generate import FIELDS, SimBatch
+from .core.checks import chi2_program
+from .core.generate import SimBatch
 from .core.generators import simulate
 from .core.memory import (
     Budget,
@@ -50,11 +46,11 @@ from .core.memory import (
     program_memory,
 )
 from .core.methods import get as get_method
-from .core.model import SHEAR_SITES
 from .core.posterior import build_posterior
-from .core.priors import PRIOR_PULL_MAX, campaign_pull, prior_sd, shrinkage
-from .io import Record, WriteError, WriterPool, clean_orphans, write_record
-from .io.writer import describe_write_error
+from .core.priors import PRIOR_PULL_MAX, campaign_pull
+from .io import WriterPool, clean_orphans
+from .io.writer import SerialWriter, Sink
+from .records import estimator_draws, host_batch, records, split_batch
 from .spec import RunSpec
 
 __all__ = [
@@ -67,11 +63,9 @@ __all__ = [
     "build_program",
     "compile_lanes",
     "default_writers",
-    "host_batch",
     "inference_program",
     "lane_chunk_for",
     "plan_lanes",
-    "records",
     "run_campaign",
 ]
 
@@ -381,29 +375,6 @@ def _too_large(flag: str, mem: ProgramMemory, bud: Budget, multiple: int = 1) ->
     )
 
 
-class _Serial:
-    """The ``--no-overlap`` path: each realization written in the calling thread."""
-
-    def __init__(self) -> None:
-        self.written: list[str] = []
-
-    def flush(self) -> None:
-        pass
-
-    def submit(self, directory: Path, record: Record) -> None:
-        try:
-            write_record(directory, record)
-        except Exception as err:
-            raise WriteError(describe_write_error(directory, err)) from err
-        self.written.append(str(directory))
-
-    def check(self) -> None:
-        pass
-
-    def close(self, abandon: bool = False, timeout: float | None = None) -> bool:
-        return True
-
-
 def run_campaign(
     spec: RunSpec,
     realizations: Sequence[Realization],
@@ -466,8 +437,8 @@ def run_campaign(
     auto_kind, auto_n = default_writers()
     writer_kind, writers = writer_kind or auto_kind, writers or auto_n
     # writer processes start now, so that their interpreters start while the program compiles
-    sink = WriterPool(writers, 2 * int(batch_size) if batch_size != "auto" else 2, writer_kind,
-                      start=True) if overlap else _Serial()  # fmt: skip
+    sink: Sink = WriterPool(writers, 2 * int(batch_size) if batch_size != "auto" else 2, writer_kind,
+                      start=True) if overlap else SerialWriter()  # fmt: skip
     # the deadline is checked for the first batch before its program is compiled (as when
     # the compile happened in its first call); the compile counts in the first batch's time
     first_ok, t_plan = deadline is None or time.time() < deadline, time.perf_counter()
@@ -539,8 +510,7 @@ def run_campaign(
         if hint := report.pop("hint", None):
             logger.info("batch %d: %s", ib + 1, hint)
         hsim = host_batch(job["sim"], obs)  # the per-realization records index host arrays
-        for b, r in enumerate(batch):
-            lane = jax.tree.map(lambda a, b=b: a[b], draws)
+        for (b, lane), r in zip(split_batch(draws, len(batch)), batch, strict=True):
             rec = records(spec, method, r, lane, obs[b], hsim, b, dtype, float(chi2[b]))
             if keep == "estimator":
                 rec = estimator_draws(rec, spec.population is not None)
@@ -635,17 +605,6 @@ def default_writers(cores: int | None = None) -> tuple[str, int]:
     return "thread", 2
 
 
-def host_batch(sim: SimBatch, images: np.ndarray | None = None) -> SimBatch:
-    """``sim`` with its arrays on the host (one transfer each per batch: indexing a device
-    array per realization costs a dispatch each, ~0.1 ms)."""
-    return sim._replace(
-        images=np.asarray(sim.images) if images is None else images,
-        g=np.asarray(sim.g),
-        snr=np.asarray(sim.snr),
-        params={k: np.asarray(v) for k, v in sim.params.items()},
-    )
-
-
 def _fits(times: Sequence[float], deadline: float) -> bool:
     """Whether one more batch can end before ``deadline``: its cost is estimated as
     1.5x the slowest of the last three batches (the first batch, which compiles, is
@@ -666,161 +625,3 @@ def _progress_bar(on: bool, total: int, desc: str):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="realization", desc=f"bias-run {desc}")
-
-
-def records(
-    spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b: int, dtype: str,
-    chi2: float = math.nan,
-) -> Record:  # fmt: skip
-    """The :class:`~shearbatch.io.Record` of one realization (``obs``: its stamps): draws,
-    per-draw statistics, attributes, truth and its
-    :class:`~shearbatch.core.convergence.Convergence` record."""
-    diag = method.diagnose(lane)
-    common, details = fl.common_flags(obs, lane.samples)
-    influence = prior_influence(spec, lane.samples)
-    data_flags = _data_flags(spec, chi2, obs.size, influence, details)
-    gates = diag.gates
-    if all(v is None for v in gates):  # a method reporting its gate statistics in its record
-        gates = fl.Gates.from_json(diag.diagnostics)
-    own = {k: v for k, v in diag.diagnostics.items() if k not in fl.GATE_KEYS}
-    flags = common | diag.flags | fl.gate_flags(gates) | data_flags
-    conv = Convergence(
-        run_id=r.run_id,
-        status="failed" if flags & fl.FATAL else "ok",
-        flags=flags,
-        reason=fl.describe(flags, details) or None,
-        method=spec.method,
-        point_estimate=method.point_estimate,
-        mode={k: np.asarray(v) for k, v in lane.mode.items()},
-        gates=gates,
-        diagnostics=own,
-        thresholds=fl.DEFAULT_THRESHOLDS._asdict(),
-        precision=dtype,
-        config_hash=spec.config_hash,
-        seed=r.seed,
-        batch_size=len(sim.g),
-        snr=np.asarray(sim.snr[b]).tolist(),
-        chi2_per_pixel=chi2,
-        prior=influence,
-    )
-    attrs = {
-        "inference_method": spec.method,
-        "run_id": r.run_id,
-        "seed": r.seed,
-        "g1_true": r.g1,
-        "g2_true": r.g2,
-        "batch_size": len(sim.g),
-        "shearbatch_version": __version__,
-        "config_hash": spec.config_hash,
-        "dtype": dtype,
-    }
-    if spec.population is not None:  # the interim model: what the population fit needs
-        attrs.update(interim_attrs(spec))
-        conv = conv.replace(shear_model="interim", point_estimate="population")
-    return Record(
-        posterior=lane.samples,
-        sample_stats=diag.sample_stats,
-        observed=obs,
-        attrs=attrs,
-        truth=truth_record(spec, r, sim, b),
-        convergence=conv,
-    )
-
-
-def estimator_draws(rec: Record, interim: bool) -> Record:
-    """``rec`` keeping only the draws its shear estimate is made from (``campaign.draws:
-    estimator``), as float32, the precision the pooled fit reads them in
-    (:func:`shearbatch.analysis.extract.compact_draws`): ``g1``, ``g2`` (the joint model)
-    or ``e1``, ``e2`` and ``interim_log_weight`` less each galaxy's largest (the interim
-    model: a per-galaxy constant does not move its weights); the other sample statistics
-    as they are. A Level 2 posterior.nc is then ~5x smaller (1.9 MB -> ~0.4 MB)."""
-    keep = ("e1", "e2") if interim else SHEAR_SITES
-    post = {k: np.asarray(v, np.float32) for k, v in rec.posterior.items() if k in keep}
-    stats = dict(rec.sample_stats or {})
-    stats.pop("laplace_log_q", None)  # the Laplace density of all latents' draws
-    if (lw := stats.get("interim_log_weight")) is not None:  # (chain, draw, galaxy)
-        lw = np.asarray(lw, np.float64)
-        top = np.max(np.where(np.isfinite(lw), lw, -np.inf), axis=(0, 1), keepdims=True)
-        stats["interim_log_weight"] = (lw - np.where(np.isfinite(top), top, 0.0)).astype(np.float32)
-    return rec._replace(posterior=post, sample_stats=stats)
-
-
-def interim_attrs(spec: RunSpec) -> dict[str, Any]:
-    """posterior.nc root attributes of an interim-model realization: the shear model, the
-    interim prior of each observed-ellipticity component and the population's
-    intrinsic-shape prior (``{"kind": ..., "args": [...]}`` as JSON), read back by
-    bias-extract's population fit (:mod:`shearbatch.core.population`)."""
-    import json
-
-    def enc(p) -> str:
-        return json.dumps({"kind": p.kind, "args": [float(a) for a in p.args]})
-
-    assert spec.population is not None
-    return {"shear_model": "interim",
-            "interim_prior_e1": enc(spec.model.fields.e1),
-            "interim_prior_e2": enc(spec.model.fields.e2),
-            "population_prior_e1": enc(spec.population.fields.e1),
-            "population_prior_e2": enc(spec.population.fields.e2)}  # fmt: skip
-
-
-#: a free shear component whose posterior is at least this wide, relative to its prior,
-#: was not measured (the data carry no information on it; e.g. absurd noise)
-UNINFORMATIVE_WIDTH = 0.9
-
-
-def _data_flags(spec: RunSpec, chi2: float, n_pix: int, influence, details) -> int:
-    """``DATA_MISFIT`` (residual not noise; only when the generator is the model) and
-    ``UNINFORMATIVE`` (posterior as wide as the prior), with their details."""
-    out = 0
-    if math.isfinite(chi2) and spec.truth == spec.model and misfit(chi2):
-        out |= fl.flag("DATA_MISFIT")
-        details["DATA_MISFIT"] = (f"residual at the estimate inconsistent with the noise model "
-                                  f"(chi2/N = {chi2:.3g}, expected 1 +- "
-                                  f"{math.sqrt(2 / n_pix):.2g})")  # fmt: skip
-    wide = {s: v["width_ratio"] for s, v in influence.items()
-            if v["width_ratio"] is not None and v["width_ratio"] >= UNINFORMATIVE_WIDTH}  # fmt: skip
-    if wide:
-        out |= fl.flag("UNINFORMATIVE")
-        details["UNINFORMATIVE"] = (
-            "posterior of g as wide as its prior ("
-            + ", ".join(f"{s}: {v:.3g} x the prior's sd" for s, v in wide.items())
-            + "): no information"
-        )
-    return out
-
-
-def prior_influence(spec: RunSpec, samples) -> dict[str, dict[str, float]]:
-    """Per shear component: posterior / prior width and the prior's predicted pull of
-    the estimate towards the prior mean (``shrinkage``, i.e. -m caused by the prior)."""
-    out = {}
-    for site, p in zip(SHEAR_SITES, spec.model.shear, strict=True):
-        if site in samples and not p.fixed:
-            sd = float(np.std(samples[site]))
-            out[site] = {"width_ratio": sd / prior_sd(p), "shrinkage": shrinkage(p, sd)}
-    return out
-
-
-def truth_record(spec: RunSpec, r: Realization, sim: SimBatch, b: int) -> dict[str, Any]:
-    """The JSON-ready ``truth.json`` of lane ``b``."""
-    t = spec.truth
-    params = {k: np.asarray(sim.params[k][b]) for k in FIELDS}
-    galaxies = [{f: float(params[f][j]) for f in FIELDS} for j in range(t.image.n_objects)]
-    rec: dict[str, Any] = {
-        "run_id": r.run_id,
-        "g1": r.g1,
-        "g2": r.g2,
-        "seed": r.seed,
-        "noise_sigma": sim.noise_sigma,
-        "snr": np.asarray(sim.snr[b]).tolist(),
-        "profile": t.profile,
-        "psf": t.psf._asdict(),
-        "galaxies": galaxies,
-    }
-    if r.pair_id:
-        rec["pair_id"], rec["pair_sign"] = r.pair_id, r.pair_sign
-    if r.n_rotations > 1:
-        rec["rotation"] = {"index": r.rotation, "n_rotations": r.n_rotations,
-                           "degrees": r.rotation_deg, "noise_stream": r.noise_stream}  # fmt: skip
-    rec["truth_from_prior"] = r.from_prior
-    rec.update(spec.provenance)
-    return rec

@@ -53,7 +53,7 @@ import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -66,6 +66,8 @@ from .variables import VARIABLES
 
 __all__ = [
     "Record",
+    "SerialWriter",
+    "Sink",
     "WriteError",
     "WriterPool",
     "clean_orphans",
@@ -430,8 +432,52 @@ def _ignore_signals() -> None:  # pragma: no cover - runs in a writer process
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
+class Sink(Protocol):
+    """Where the engine sends each realization's record: :class:`WriterPool` (in the
+    background) or :class:`SerialWriter` (in the calling thread)."""
+
+    #: the directories written so far
+    written: list[str]
+
+    def submit(self, directory: str | Path, record: Record | Mapping[str, Any]) -> None:
+        """Write (or queue) one realization; raises :class:`WriteError` once a write failed."""
+
+    def flush(self) -> None:
+        """Send what waits to be grouped (after each batch)."""
+
+    def check(self) -> None:
+        """Raise the :class:`WriteError` of a failed write, if any."""
+
+    def close(self, abandon: bool = False, timeout: float | None = None) -> bool:
+        """Wait for the writes in flight (the queued ones too unless ``abandon``)."""
+
+
+class SerialWriter:
+    """A :class:`Sink` that writes each realization in the calling thread (``bias-run
+    --no-overlap``)."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def submit(self, directory: str | Path, record: Record | Mapping[str, Any]) -> None:
+        try:
+            write_record(directory, record)
+        except Exception as err:
+            raise WriteError(describe_write_error(directory, err)) from err
+        self.written.append(str(directory))
+
+    def flush(self) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
+
+    def close(self, abandon: bool = False, timeout: float | None = None) -> bool:
+        return True
+
+
 class WriterPool:
-    """Writes realizations in the background through a bounded queue.
+    """A :class:`Sink` that writes realizations in the background through a bounded queue.
 
     ``submit`` blocks while ``max_pending`` realizations are waiting (memory stays
     bounded) and raises :class:`WriteError` once any write has failed; after a
