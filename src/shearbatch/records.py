@@ -123,7 +123,8 @@ def estimator_draws(rec: Record, interim: bool) -> Record:
     keep = ("e1", "e2") if interim else SHEAR_SITES
     post = {k: np.asarray(v, np.float32) for k, v in rec.posterior.items() if k in keep}
     stats = dict(rec.sample_stats or {})
-    stats.pop("laplace_log_q", None)  # the Laplace density of all latents' draws
+    for name in ("laplace_log_q", "proposal_log_q"):  # the density of all latents' draws
+        stats.pop(name, None)
     if (lw := stats.get("interim_log_weight")) is not None:  # (chain, draw, galaxy)
         lw = np.asarray(lw, np.float64)
         top = np.max(np.where(np.isfinite(lw), lw, -np.inf), axis=(0, 1), keepdims=True)
