@@ -52,6 +52,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--l2-seeds", type=int, default=5000, help="seeds (8 images each)")
     ap.add_argument("--l2-time-limit", default="240", help="bias-run --time-limit of level2")
     ap.add_argument("--l2-batch", default="auto")
+    ap.add_argument(
+        "--l2-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a --set of the level2 campaign (repeatable)",
+    )
     ap.add_argument("--budget-s", type=float, default=560.0, help="all steps together")
     ap.add_argument("--root", type=Path, default=None, help="campaign roots (default: tmp)")
     ap.add_argument(
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = 2 if smoke else args.l2_seeds
     l2_args = [*GRID2, "--set", "campaign.draws=estimator", "--n-realizations", str(seeds),
                "--batch-size", args.l2_batch, "--time-limit", args.l2_time_limit,
-               *(SMOKE_L2 if smoke else [])]  # fmt: skip
+               *(SMOKE_L2 if smoke else []), *(a for kv in args.l2_set for a in ("--set", kv))]  # fmt: skip
     l2 = campaign("level2", "level2.yaml", root, l2_args, timeout=max(30, run.left() - 120))
     l2["bytes_per_realization"] = bytes_per_realization(root) if root.is_dir() else None
     res["level2"] = l2
