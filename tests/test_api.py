@@ -48,10 +48,10 @@ def test_statuses_and_summary(campaign):
 def test_stats_measure_both_components(campaign):
     _, camp = campaign
     res = camp.stats()
-    for k in ("m1", "m2", "c1", "c2"):
-        assert res[k] is not None and res[f"{k}_err"] is not None, k
+    for k, x, err, _ in res.values():
+        assert x is not None and err is not None, k
         # a well-specified Level 0 campaign: consistent with zero at its own precision
-        assert abs(res[k]) < 4 * res[f"{k}_err"] + 1e-6, (k, res[k], res[f"{k}_err"])
+        assert abs(x) < 4 * err + 1e-6, (k, x, err)
 
 
 def test_posterior_has_units_and_long_names(campaign):
@@ -115,7 +115,7 @@ def test_the_docs_session_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # output_dir="results/nb" lands here
     ns: dict = {}
     exec(compile(code, "docs/api.md", "exec"), ns)
-    assert ns["res"]["m2"] is not None and ns["res"]["verdict"] in ("PASS", "INCONCLUSIVE")
+    assert ns["res"].m2 is not None and ns["res"].verdict in ("PASS", "INCONCLUSIVE")
     assert len(ns["df"]) == 12 and (tmp_path / "results" / "nb").is_dir()
 
 
@@ -133,7 +133,7 @@ def test_the_example_notebook_opens_a_campaign(campaign, monkeypatch):
     ns: dict = {}
     for i, src in enumerate(cells):
         exec(compile(src, f"open_campaign.ipynb cell {i}", "exec"), ns)
-    assert ns["res"]["m1"] is not None and ns["g1"].attrs["units"] == "1"
+    assert ns["res"].m1 is not None and ns["g1"].attrs["units"] == "1"
     import matplotlib.pyplot as plt
 
     plt.close("all")

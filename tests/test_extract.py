@@ -124,10 +124,10 @@ def test_older_names_of_the_point_estimate_are_still_read(campaign, tmp_path):
     assert row["g1_mode"] == conv_mode(d)
     import pandas as pd
 
-    from shearbatch.analysis import acceptance
+    from shearbatch.analysis import bias
 
     df = pd.DataFrame({"estimate": ["mode", "mode"], "g1_mode": [0.1, 0.2]})
-    assert list(acceptance.current_columns(df).columns) == ["point_estimate", "g1_mode"]
+    assert list(bias.current_columns(df).columns) == ["point_estimate", "g1_mode"]
 
 
 def conv_mode(d):

@@ -111,7 +111,7 @@ def test_noise_bias_note_only_for_low_snr_joint_modes():
     posterior means for NUTS/VI campaigns there; never at high S/N."""
     import pandas as pd
 
-    from shearbatch.analysis.acceptance import NOISE_BIAS_SNR, noise_bias_note
+    from shearbatch.analysis.bias import NOISE_BIAS_SNR, noise_bias_note
 
     low = pd.DataFrame({"point_estimate": ["mode"] * 4, "snr": [14.0, 15.0, 16.0, 200.0]})
     note = noise_bias_note(low)

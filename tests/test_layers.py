@@ -54,6 +54,19 @@ def test_api_and_app_do_not_import_the_cli(path):
 
 
 def test_cli_modules_stay_small():
-    """Each command's module only parses, calls shearbatch.app, prints and maps errors."""
+    """Each command's module only parses, calls shearbatch.app, prints and maps errors:
+    bias-extract's and bias-stats' under 200 lines (their options included), every CLI
+    module under 400."""
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PKG / "cli").glob("*.py")}
     assert sizes and max(sizes.values()) <= 400, sizes
+    assert sizes["stats.py"] < 200 and sizes["extract.py"] < 200, sizes
+
+
+@pytest.mark.parametrize("name", ["extract.py", "stats.py"])
+def test_stage_2_and_3_commands_reach_only_the_application_layer(name):
+    """bias-extract and bias-stats import nothing of the package below shearbatch.app: the
+    analysis, the files and the schema are the application layer's to call."""
+    mods = modules_of(PKG / "cli" / name)
+    below = sorted(m for m in mods if m.startswith("shearbatch.")
+                   and not m.startswith(("shearbatch.app", "shearbatch.cli")))  # fmt: skip
+    assert not below, f"cli/{name} imports {below}"

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from shearbatch.analysis import acceptance
+from shearbatch.analysis import bias
 from shearbatch.analysis.verdict import n_needed, plan, quantile
 from shearbatch.cli import bias_stats
 
@@ -36,10 +36,10 @@ def known_table(n_seeds: int, m: float, s: float, c_scatter: float = 1e-3) -> pd
 
 
 def test_sigma_m_of_the_known_table_is_exact():
-    res, _, _ = acceptance.analyze(known_table(40, 0.0, 0.05), requirement="survey_snr30")
-    assert res["m1"] == pytest.approx(0.0, abs=1e-12)
-    assert res["m1_err"] == pytest.approx(0.05 / math.sqrt(39), rel=1e-9)
-    assert res["requirement"]["name"] == "survey_snr30" and res["n_used"] == 80
+    res, _, _ = bias.measure_bias(known_table(40, 0.0, 0.05), requirement="survey_snr30")
+    assert res.m1 == pytest.approx(0.0, abs=1e-12)
+    assert res.m1_err == pytest.approx(0.05 / math.sqrt(39), rel=1e-9)
+    assert res.requirement.name == "survey_snr30" and res.n_used == 80
 
 
 def test_pass_if_zero_and_target_sigma_m_are_checkable_by_hand():
@@ -48,17 +48,17 @@ def test_pass_if_zero_and_target_sigma_m_are_checkable_by_hand():
     80 * 10.256 = 820.5), <= 80 (q_40 sigma / T)^2; sigma_m = 1e-3 needs 80 * 8.0064^2 =
     5128.2 -> 5129."""
     sigma, thr = 0.05 / math.sqrt(39), 5e-3
-    res, _, _ = acceptance.analyze(known_table(40, 0.0, 0.05), requirement="survey_snr30",
-                                   target_sigma_m=1e-3)  # fmt: skip
-    p = res["planning"]
+    res, _, _ = bias.measure_bias(known_table(40, 0.0, 0.05), requirement="survey_snr30",
+                                  target_sigma_m=1e-3)  # fmt: skip
+    p = res.planning
     m1 = next(c for c in p["criteria"] if c["name"] == "|m1|")
     assert m1["n_pass_if_zero"] == n_needed(0.0, sigma, thr, 2.0, 80, 40)
     assert 821 <= m1["n_pass_if_zero"] <= math.ceil(80 * (quantile(2.0, 40) * sigma / thr) ** 2)
     assert not m1["detected"] and m1["n_confirm_fail"] is None
     assert p["n_for_target"] == {"m1": 5129, "m2": None}
     assert p["design"] == "unpaired, no rings" and p["realizations_per_seed"] == 2
-    crit = next(c for c in res["criteria"] if c["name"] == "|m1|")
-    assert crit["n_pass_if_zero"] == m1["n_pass_if_zero"] and crit["detected"] is False
+    crit = res.criterion("|m1|")
+    assert crit.n_pass_if_zero == m1["n_pass_if_zero"] and crit.detected is False
     assert any("sigma_m1 = 0.001: ~5129 realizations (~2565 seeds)" in ln for ln in p["lines"])
 
 
@@ -132,9 +132,9 @@ def test_rows_outside_the_plan_are_left_out_unless_asked(tmp_path):
 
 
 def test_c_without_rings_points_to_rings():
-    res, _, _ = acceptance.analyze(known_table(40, 0.0, 0.05, c_scatter=0.02),
-                                   requirement="lsst-project")  # fmt: skip
-    assert any("--rotations 2" in n for n in res["planning"]["notes"])
+    res, _, _ = bias.measure_bias(known_table(40, 0.0, 0.05, c_scatter=0.02),
+                                  requirement="lsst-project")  # fmt: skip
+    assert any("--rotations 2" in n for n in res.planning["notes"])
 
 
 def test_rank_band_is_drawn_per_independent_seed():
@@ -173,7 +173,7 @@ def test_the_report_says_unfinished_and_shows_the_planning_lines():
 
     df = known_table(40, 0.0, 0.05)
     df = pd.concat([df, pd.DataFrame({"run_id": ["n0", "n1"], "status": "incomplete"})])
-    res, _, _ = acceptance.analyze(df, requirement="desc-srd-y10", target_sigma_m=1e-3)
+    res, _, _ = bias.measure_bias(df, requirement="desc-srd-y10", target_sigma_m=1e-3)
     html = report.render_report(res, [], report.failures_by_flag(df), {"command": "x"})
     assert "INCONCLUSIVE</span> — unfinished: 80 of 82 planned realizations complete" in html
     assert "requirement <b>desc-srd-y10</b>" in html and "arXiv:1809.01669" in html

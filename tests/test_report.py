@@ -134,14 +134,14 @@ def test_failures_are_counted_by_status_and_flag():
 def test_sbc_results_are_tabulated(reported):
     import pandas as pd
 
-    from shearbatch.analysis import acceptance, report
+    from shearbatch.analysis import bias, report
 
     tmp, _, _ = reported
     df = pd.read_csv(tmp / "s.csv", dtype={"run_id": str, "pair_id": str, "status": str})
-    res, _, _ = acceptance.analyze(df, sbc_mode="on")
+    res, _, _ = bias.measure_bias(df, sbc_mode="on")
     html = report.render_report(res, [], report.failures_by_flag(df), {"command": "x"})
     sbc = html.split("Simulation-based calibration", 1)[1].split("<h2>", 1)[0]
-    assert "χ² p-value" in sbc and f"{res['sbc']['g1']['p_value']:.3g}" in sbc
+    assert "χ² p-value" in sbc and f"{res.sbc['g1']['p_value']:.3g}" in sbc
     assert "inconclusive" in sbc  # 3 seeds < min_seeds
 
 
@@ -156,7 +156,7 @@ def test_report_stamps_from_a_fresh_process(reported, tmp_path):
     camp = tmp / "camp"
     rid = find_realization_dirs(camp)[0].name
     code = ("import sys, yaml; from pathlib import Path; "
-            "from shearbatch.app.stats import _stamps_png; "
+            "from shearbatch.app.report import _stamps_png; "
             "root = Path(sys.argv[1]); cfg = yaml.safe_load((root / 'config.yaml').read_text()); "
             "_stamps_png(root, [sys.argv[2]], cfg, Path(sys.argv[3]))")  # fmt: skip
     png = tmp_path / "stamps.png"

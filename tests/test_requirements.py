@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from shearbatch.analysis import acceptance
+from shearbatch.analysis import verdict
 from shearbatch.cli import bias_stats
 from shearbatch.schema import ConfigError, parse_config
 from shearbatch.schema import requirements as rq
@@ -42,8 +42,8 @@ def test_presets_have_sources_and_the_levels_keep_their_numbers():
     assert rq.criteria_of("desc-srd-y10")["max_abs_m"] == 3e-3
     assert rq.criteria_of("euclid")["max_abs_m"] == 2e-3
     # the old levels, unchanged, are aliases of the level presets
-    assert acceptance.ACCEPTANCE["level_0"] == rq.criteria_of("level0")
-    assert acceptance.ACCEPTANCE["level_2"]["max_abs_m"] == 5e-3
+    assert verdict.ACCEPTANCE["level_0"] == rq.criteria_of("level0")
+    assert verdict.ACCEPTANCE["level_2"]["max_abs_m"] == 5e-3
     assert rq.resolve("level_1") == "level1"
     with pytest.raises(ValueError, match="unknown requirement 'lsst'"):
         rq.resolve("lsst")
@@ -138,11 +138,11 @@ def test_a_directory_that_is_not_a_campaign_is_refused_naming_input(tmp_path):
 def test_acceptance_overrides_may_name_the_preset_or_its_alias(tmp_path):
     acc = tmp_path / "acc.yaml"
     acc.write_text("acceptance:\n  level_0: {z: 3}\n  euclid: {min_seeds: 5}\n")
-    assert acceptance.load_acceptance(str(acc), "level0") == {"z": 3.0}
-    assert acceptance.load_acceptance(str(acc), "euclid") == {"min_seeds": 5}
+    assert verdict.load_acceptance(str(acc), "level0") == {"z": 3.0}
+    assert verdict.load_acceptance(str(acc), "euclid") == {"min_seeds": 5}
     acc.write_text("acceptance:\n  lsst: {z: 3}\n")
     with pytest.raises(ValueError, match=r"acceptance\.lsst: unknown requirement"):
-        acceptance.load_acceptance(str(acc), "level0")
+        verdict.load_acceptance(str(acc), "level0")
 
 
 def test_output_dir_takes_the_results_and_report_of_a_campaign_directory(tmp_path):

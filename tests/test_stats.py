@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shearbatch.analysis import acceptance, stats
+from shearbatch.analysis import bias, stats, verdict
 from shearbatch.analysis.verdict import quantile
 
 M_TRUE, C_TRUE, SIGMA = 0.01, 3e-4, 1e-3
@@ -55,12 +55,12 @@ def test_estimators_recover_m_and_c_with_honest_errors(estimator):
     ms, cs, merr, cerr = [], [], [], []
     for _ in range(200):
         df = grid_table(rng, n_seeds=30, paired=paired)
-        res, _, _ = acceptance.analyze(df, estimator=estimator, n_boot=300)
-        assert res["estimator"] == estimator
-        ms.append(res["m1"])
-        cs.append(res["c1"])
-        merr.append(res["m1_err"])
-        cerr.append(res["c1_err"])
+        res, _, _ = bias.measure_bias(df, estimator=estimator, n_boot=300)
+        assert res.estimator == estimator
+        ms.append(res.m1)
+        cs.append(res.c1)
+        merr.append(res.m1_err)
+        cerr.append(res.c1_err)
     ms, cs, merr, cerr = map(np.asarray, (ms, cs, merr, cerr))
     # one realization of the campaign: within 3 of its own errors
     assert abs(ms[0] - M_TRUE) < 3 * merr[0]
@@ -72,13 +72,13 @@ def test_estimators_recover_m_and_c_with_honest_errors(estimator):
     assert np.sqrt(np.mean(merr**2)) == pytest.approx(ms.std(ddof=1), rel=0.2)
     assert np.sqrt(np.mean(cerr**2)) == pytest.approx(cs.std(ddof=1), rel=0.2)
     # the constant component: m undefined with a reason, c its mean offset
-    assert res["m2"] is None and "constant" in res["m2_reason"]
-    assert abs(res["c2"] - C_TRUE) < 3 * res["c2_err"]
+    assert res.m2 is None and "constant" in res.m2_reason
+    assert abs(res.c2 - C_TRUE) < 3 * res.c2_err
 
 
 def test_jackknife_and_bootstrap_agree_on_a_large_table():
     df = grid_table(np.random.default_rng(2), n_seeds=400)
-    _, fits, _ = acceptance.analyze(df, estimator="regression", n_boot=2000)
+    _, fits, _ = bias.measure_bias(df, estimator="regression", n_boot=2000)
     for comp in ("g1", "g2"):
         e = fits[comp].errors
         jk = np.atleast_1d(e["jackknife"])
@@ -90,12 +90,12 @@ def test_jackknife_and_bootstrap_agree_on_a_large_table():
 
 def test_auto_picks_paired_when_pairs_exist_and_paired_without_pairs_is_bad_input():
     rng = np.random.default_rng(3)
-    res, _, _ = acceptance.analyze(grid_table(rng, n_seeds=5, paired=True), estimator="auto")
-    assert res["estimator"] == "paired"
-    res, _, _ = acceptance.analyze(grid_table(rng, n_seeds=5), estimator="auto")
-    assert res["estimator"] == "regression"
+    res, _, _ = bias.measure_bias(grid_table(rng, n_seeds=5, paired=True), estimator="auto")
+    assert res.estimator == "paired"
+    res, _, _ = bias.measure_bias(grid_table(rng, n_seeds=5), estimator="auto")
+    assert res.estimator == "regression"
     with pytest.raises(ValueError, match="no complete"):
-        acceptance.analyze(grid_table(rng, n_seeds=5), estimator="paired")
+        bias.measure_bias(grid_table(rng, n_seeds=5), estimator="paired")
 
 
 @pytest.mark.parametrize("scale, status", [(1.0, "pass"), (0.5, "fail"), (2.0, "fail")])
@@ -158,13 +158,13 @@ def test_exclusions_are_counted_with_reasons():
     df.loc[1, "status"] = "incomplete"
     df.loc[2, "status"] = "corrupt"
     df.loc[3, "passed_convergence"] = False
-    res, _, use = acceptance.analyze(df)
-    assert res["excluded"] == {
+    res, _, use = bias.measure_bias(df)
+    assert res.excluded == {
         "status corrupt": 1, "status failed": 1, "status incomplete": 1,
         "did not pass convergence": 1,
     }  # fmt: skip
-    assert res["n_used"] == len(df) - 4 == len(use)
-    assert res["n_failed"] == res["n_incomplete"] == 1
+    assert res.n_used == len(df) - 4 == len(use)
+    assert res.n_failed == res.n_incomplete == 1
 
 
 def test_exclusions_are_counted_by_flag():
@@ -174,8 +174,8 @@ def test_exclusions_are_counted_by_flag():
     df.loc[1, ["status", "flags"]] = ["failed", "OPT_NOT_CONVERGED"]
     df.loc[2, ["passed_convergence", "flags"]] = [False, "RHAT_HIGH|ESS_LOW"]
     df.loc[3, ["passed_convergence", "flags"]] = [False, "ESS_LOW"]
-    res, _, _ = acceptance.analyze(df)
-    ex = res["excluded"]
+    res, _, _ = bias.measure_bias(df)
+    ex = res.excluded
     assert ex["flag ESS_LOW"] == 2 and ex["flag RHAT_HIGH"] == 1
     assert ex["flag NONFINITE_DATA"] == ex["flag NONFINITE_DRAWS"] == 1
     assert ex["flag OPT_NOT_CONVERGED"] == 1 and ex["status failed"] == 2
@@ -183,20 +183,23 @@ def test_exclusions_are_counted_by_flag():
 
 @pytest.mark.parametrize(
     "kw, msg",
-    [({"level": "level_9"}, "unknown level"), ({"estimator": "x"}, "unknown estimator")],
+    [
+        ({"requirement": "level_9"}, "unknown requirement"),
+        ({"estimator": "x"}, "unknown estimator"),
+    ],
 )
 def test_bad_input_raises_one_line(kw, msg):
     with pytest.raises(ValueError, match=msg):
-        acceptance.analyze(grid_table(np.random.default_rng(8), n_seeds=3), **kw)
+        bias.measure_bias(grid_table(np.random.default_rng(8), n_seeds=3), **kw)
 
 
 def test_missing_columns_and_no_usable_rows():
     df = grid_table(np.random.default_rng(9), n_seeds=3)
     with pytest.raises(ValueError, match="missing columns: g1_std"):
-        acceptance.analyze(df.drop(columns=["g1_std"]))
+        bias.measure_bias(df.drop(columns=["g1_std"]))
     df["status"] = "failed"
     with pytest.raises(ValueError, match="no usable rows"):
-        acceptance.analyze(df)
+        bias.measure_bias(df)
 
 
 def width_correlated_table(rng, n_seeds=400, sigma=0.01):
@@ -221,14 +224,14 @@ def test_default_weights_are_unbiased_when_the_width_correlates_with_the_estimat
     inverse-variance weighting is more than 5 of its own errors away (measured ~ -0.21
     +- 0.013, i.e. ~17 sigma, on four seeds: a systematic effect, not a fluctuation)."""
     df = width_correlated_table(np.random.default_rng(11))
-    res, fits, _ = acceptance.analyze(df, n_boot=200)
-    assert res["weights"] == "none" and fits["g1"].error_method == "jackknife"
+    res, fits, _ = bias.measure_bias(df, n_boot=200)
+    assert res.weights == "none" and fits["g1"].error_method == "jackknife"
     assert fits["g1"].n_groups == 400
-    assert abs(res["m1"]) < 3 * res["m1_err"]
-    assert abs(res["c1"]) < 3 * res["c1_err"] and abs(res["c2"]) < 3 * res["c2_err"]
-    iv, _, _ = acceptance.analyze(df, n_boot=200, weights="inverse-variance")
-    assert iv["weights"] == "inverse-variance" and iv["fits"]["g1"]["errors"]["weighted"]
-    assert iv["m1"] < -5 * iv["m1_err"]
+    assert abs(res.m1) < 3 * res.m1_err
+    assert abs(res.c1) < 3 * res.c1_err and abs(res.c2) < 3 * res.c2_err
+    iv, _, _ = bias.measure_bias(df, n_boot=200, weights="inverse-variance")
+    assert iv.weights == "inverse-variance" and iv.fits["g1"]["errors"]["weighted"]
+    assert iv.m1 < -5 * iv.m1_err
 
 
 def test_paired_estimator_defaults_to_unweighted_too():
@@ -239,10 +242,10 @@ def test_paired_estimator_defaults_to_unweighted_too():
     minus = df[df["pair_sign"] == -1].set_index("pair_id").loc[plus.index]
     g, d = plus["g1_true"], (plus["g1_mean"] - minus["g1_mean"]) / 2
     w = 4 / (plus["g1_std"] ** 2 + minus["g1_std"] ** 2)
-    res, _, _ = acceptance.analyze(df, estimator="paired")
-    assert res["m1"] == pytest.approx((g * d).sum() / (g * g).sum() - 1, rel=1e-9)
-    iv, _, _ = acceptance.analyze(df, estimator="paired", weights="inverse-variance")
-    assert iv["m1"] == pytest.approx((w * g * d).sum() / (w * g * g).sum() - 1, rel=1e-9)
+    res, _, _ = bias.measure_bias(df, estimator="paired")
+    assert res.m1 == pytest.approx((g * d).sum() / (g * g).sum() - 1, rel=1e-9)
+    iv, _, _ = bias.measure_bias(df, estimator="paired", weights="inverse-variance")
+    assert iv.m1 == pytest.approx((w * g * d).sum() / (w * g * g).sum() - 1, rel=1e-9)
 
 
 @pytest.mark.parametrize("point", ["mean", "median", "mode"])
@@ -254,41 +257,41 @@ def test_point_estimate_is_selectable_and_recorded(point):
     for p, s in shift.items():
         df[f"g1_{p}"] = base + s
         df[f"g2_{p}"] = df["g2_mean"] if p == "mean" else df["g2_mean"] + s
-    res, _, _ = acceptance.analyze(df, point=point)
-    assert res["point_estimate"] == point
-    assert abs(res["c1"] - (C_TRUE + shift[point])) < 3 * res["c1_err"]
+    res, _, _ = bias.measure_bias(df, point=point)
+    assert res.point_estimate == point
+    assert abs(res.c1 - (C_TRUE + shift[point])) < 3 * res.c1_err
 
 
 def test_mode_without_map_estimates_is_bad_input():
     df = grid_table(np.random.default_rng(14), n_seeds=3)
     with pytest.raises(ValueError, match="missing columns: g1_mode"):
-        acceptance.analyze(df, point="mode")
+        bias.measure_bias(df, point="mode")
     df["g1_mode"], df["g2_mode"] = df["g1_mean"], np.nan  # an older convergence.json
     with pytest.raises(ValueError, match="g1_mode, g2_mode empty in 12 converged row"):
-        acceptance.analyze(df, point="mode")
+        bias.measure_bias(df, point="mode")
     with pytest.raises(ValueError, match="unknown point estimate"):
-        acceptance.analyze(df, point="mad")
+        bias.measure_bias(df, point="mad")
     with pytest.raises(ValueError, match="unknown weights"):
-        acceptance.analyze(df, weights="ivar")
+        bias.measure_bias(df, weights="ivar")
 
 
 def test_inverse_variance_needs_positive_finite_widths():
     df = grid_table(np.random.default_rng(15), n_seeds=3)
     df.loc[0, "g1_std"] = 0.0
     with pytest.raises(ValueError, match="inverse-variance"):
-        acceptance.analyze(df, weights="inverse-variance")
-    assert acceptance.analyze(df)[0]["weights"] == "none"  # the default never reads the widths
+        bias.measure_bias(df, weights="inverse-variance")
+    assert bias.measure_bias(df).result.weights == "none"  # the default never reads the widths
 
 
 def test_a_single_seed_has_no_error_and_cannot_pass():
     """One seed: jackknife and bootstrap are undefined (a resampled seed is itself), so
     m and c carry no error and are inconclusive, never a zero-error pass."""
     df = grid_table(np.random.default_rng(16), n_seeds=1)
-    res, fits, _ = acceptance.analyze(df)
-    assert fits["g1"].error_method == "none" and res["m1_err"] is None
-    m1 = next(c for c in res["criteria"] if c["name"] == "|m1|")
-    assert m1["status"] == "inconclusive" and "no error" in m1["reason"]
-    assert res["verdict"] == "INCONCLUSIVE" and not res["passed"]
+    res, fits, _ = bias.measure_bias(df)
+    assert fits["g1"].error_method == "none" and res.m1_err is None
+    m1 = next(c for c in res.criteria if c.name == "|m1|")
+    assert m1.status == "inconclusive" and "no error" in m1.reason
+    assert res.verdict == "INCONCLUSIVE" and not res.passed
 
 
 def test_criteria_are_three_valued_with_realizations_needed():
@@ -296,47 +299,47 @@ def test_criteria_are_three_valued_with_realizations_needed():
     around and above it (|c| ceilings out of the way)."""
     df = grid_table(np.random.default_rng(17), n_seeds=40)
     df = df.drop(columns=[c for c in df.columns if "_q" in c])  # no coverage: m1 alone decides
-    base, _, _ = acceptance.analyze(df)
-    m, e = base["m1"], base["m1_err"]
+    base, _, _ = bias.measure_bias(df)
+    m, e = base.m1, base.m1_err
     assert m == pytest.approx(M_TRUE, abs=3 * e)
     cases = {"fail": abs(m) - 3 * e, "inconclusive": abs(m) + e, "pass": abs(m) + 3 * e}
     for want, thr in cases.items():
-        res, _, _ = acceptance.analyze(df, acceptance={"max_abs_m": thr, "max_abs_c": 1.0})
-        c = next(c for c in res["criteria"] if c["name"] == "|m1|")
-        assert c["status"] == want and c["passed"] is (want == "pass"), c
-        assert c["err"] == pytest.approx(e) and c["z"] == 2.0
-        assert c["error_method"] == "jackknife over 40 seeds"
-        assert res["verdict"] == want.upper() and res["passed"] is (want == "pass")
+        res, _, _ = bias.measure_bias(df, acceptance={"max_abs_m": thr, "max_abs_c": 1.0})
+        c = next(c for c in res.criteria if c.name == "|m1|")
+        assert c.status == want and c.passed is (want == "pass"), c
+        assert c.err == pytest.approx(e) and c.z == 2.0
+        assert c.error_method == "jackknife over 40 seeds"
+        assert res.verdict == want.upper() and res.passed is (want == "pass")
         if want == "inconclusive":
             q = quantile(2.0, 40)  # Student-t, 39 dof
             need = len(df) * (2 * e / (thr - abs(m))) ** 2
-            assert c["n_needed"] >= int(np.ceil(need)) and c["n_needed"] > len(df)
-            assert c["n_needed"] <= int(np.ceil(len(df) * (q * e / (thr - abs(m))) ** 2))
-            assert c["quantile"] == pytest.approx(q) and c["dof"] == 39
+            assert c.n_needed >= int(np.ceil(need)) and c.n_needed > len(df)
+            assert c.n_needed <= int(np.ceil(len(df) * (q * e / (thr - abs(m))) ** 2))
+            assert c.quantile == pytest.approx(q) and c.dof == 39
         else:
-            assert c["n_needed"] is None
-    assert base["z"] == 2.0 and base["n_seeds"] == 40
+            assert c.n_needed is None
+    assert base.z == 2.0 and base.n_seeds == 40
 
 
 def test_m_undefined_everywhere_is_refused_not_passed():
     """One shear value only: neither slope is defined, so the campaign cannot be judged;
-    analyze() refuses it with the reason (bias-stats turns that into exit 2, one line)."""
+    measure_bias refuses it with the reason (bias-stats turns that into exit 2, one line)."""
     df = grid_table(np.random.default_rng(18), n_seeds=30)
     df = df[df["g1_true"] == GRID[-1]].reset_index(drop=True)
     df = df.drop(columns=[c for c in df.columns if "_q" in c])  # no coverage test
-    with pytest.raises(ValueError, match=acceptance.M_UNDEFINED):
-        acceptance.analyze(df, acceptance={"max_abs_c": 1.0})
+    with pytest.raises(ValueError, match=bias.M_UNDEFINED):
+        bias.measure_bias(df, acceptance={"max_abs_c": 1.0})
 
 
 def test_acceptance_yaml_min_seeds_and_z(tmp_path):
     y = tmp_path / "a.yaml"
     y.write_text("level_0: {z: 3, min_seeds: 5}\n")
-    assert acceptance.load_acceptance(str(y), "level_0") == {"z": 3.0, "min_seeds": 5}
+    assert verdict.load_acceptance(str(y), "level_0") == {"z": 3.0, "min_seeds": 5}
     for bad, msg in (("min_seeds: 0", "integer >= 1"), ("min_seeds: 2.5", "integer >= 1"),
                      ("z: 0", "must be > 0")):  # fmt: skip
         y.write_text(f"level_0: {{{bad}}}\n")
         with pytest.raises(ValueError, match=msg):
-            acceptance.load_acceptance(str(y), "level_0")
+            verdict.load_acceptance(str(y), "level_0")
 
 
 def ring_table(rng, n_seeds: int, rotations: int, pixel: float = 1e-4) -> pd.DataFrame:
@@ -367,16 +370,16 @@ def test_ring_estimator_cancels_shape_noise_and_groups_a_seed():
     ring = ring_table(rng, 40, 2)
     plain = ring_table(rng, 80, 1)
     assert len(ring) == len(plain)
-    r, _, _ = acceptance.analyze(ring, n_boot=300)
-    p, _, _ = acceptance.analyze(plain, n_boot=300)
-    assert r["estimator"] == p["estimator"] == "paired"
-    assert r["design"] == {"paired": True, "rotations": 2, "error_groups": "seed",
+    r, _, _ = bias.measure_bias(ring, n_boot=300)
+    p, _, _ = bias.measure_bias(plain, n_boot=300)
+    assert r.estimator == p.estimator == "paired"
+    assert r.design == {"paired": True, "rotations": 2, "error_groups": "seed",
                            "incomplete_rings_left_out": 0}  # fmt: skip
-    assert r["fits"]["g1"]["n_groups"] == 40  # a seed's 4 images are one group
-    assert p["m1_err"] > 5 * r["m1_err"] and p["c1_err"] > 5 * r["c1_err"]
+    assert r.fits["g1"]["n_groups"] == 40  # a seed's 4 images are one group
+    assert p.m1_err > 5 * r.m1_err and p.c1_err > 5 * r.c1_err
     for res in (r, p):
-        assert abs(res["m1"] - M_TRUE) < 4 * res["m1_err"]
-        assert abs(res["c1"] - C_TRUE) < 4 * res["c1_err"]
+        assert abs(res.m1 - M_TRUE) < 4 * res.m1_err
+        assert abs(res.c1 - C_TRUE) < 4 * res.c1_err
 
 
 def test_incomplete_rings_are_left_out_of_the_fit():
@@ -384,6 +387,6 @@ def test_incomplete_rings_are_left_out_of_the_fit():
     broken = ring.drop(index=ring.index[(ring["seed"] == 3) & (ring["rotation"] == 2)][:1])
     keep, n_bad = stats.complete_rings(broken)
     assert n_bad == 1 and (~keep).sum() == 4 * 2 - 1  # seed 3's other 7 images
-    res, _, _ = acceptance.analyze(broken, n_boot=100)
-    assert res["design"]["incomplete_rings_left_out"] == 1
-    assert res["fits"]["g1"]["n_groups"] == 9
+    res, _, _ = bias.measure_bias(broken, n_boot=100)
+    assert res.design["incomplete_rings_left_out"] == 1
+    assert res.fits["g1"]["n_groups"] == 9

@@ -10,7 +10,7 @@
     camp = shearbatch.open_campaign("results/nb")      # the same, for an existing campaign
     camp.statuses()          # run_id -> ok / failed / incomplete / corrupt
     df = camp.summary()      # one row per realization (what bias-extract writes)
-    res = camp.stats()       # m1, c1, m2, c2 with errors, coverage, verdict (bias-stats)
+    res = camp.stats()       # a BiasResult: res.m1, res.c1_err, res.verdict (bias-stats)
     post = camp.posterior(camp.realizations[0])   # xarray.DataTree with units / long_name
     camp.describe(camp.realizations[0])           # az.summary at full precision
 
@@ -26,7 +26,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .analysis.result import BiasResult
 
 __all__ = ["Campaign", "open_campaign", "run"]
 
@@ -61,56 +64,54 @@ class Campaign:
             raise KeyError(f"{run_id!r} is not a realization of {self.root}") from None
 
     def summary(self, convergence_config: str | None = None, workers: int = 1) -> Any:
-        """One row per realization as a pandas DataFrame: the ``bias-extract`` table."""
-        import pandas as pd
+        """One row per realization as a pandas DataFrame indexed by ``run_id``: the table
+        ``bias-extract`` writes (:func:`shearbatch.app.campaign_table`: the realization
+        directories plus the planned ones not started, each with ``in_plan``), as
+        ``bias-stats`` reads it back."""
+        from .analysis.extract import load_thresholds
+        from .app import campaign_table
 
-        from .analysis import extract as ex
-
-        th = ex.load_thresholds(convergence_config)
-        rows = ex.extract_campaign(self.root, th, workers=workers, progress=False)
-        return pd.DataFrame(rows, columns=list(ex.SUMMARY_COLUMNS)).set_index("run_id")
+        th = load_thresholds(convergence_config)
+        return campaign_table(self.root, th, workers).set_index("run_id")
 
     def statuses(self) -> Any:
         """``run_id -> status`` (ok, failed, incomplete, corrupt) as a pandas Series."""
         return self.summary()["status"]
 
     def stats(self, requirement: str | None = None, level: str | None = None,
-              **options: Any) -> dict[str, Any]:  # fmt: skip
-        """The ``bias-stats`` analysis (m, c, errors, coverage, planning, verdict) as a dict.
+              **options: Any) -> BiasResult:  # fmt: skip
+        """The ``bias-stats`` analysis (m, c, errors, coverage, planning, verdict) as a
+        :class:`~shearbatch.analysis.result.BiasResult` (``.to_json()``: the mapping of
+        ``bias_results.json``).
 
         ``requirement``: a preset of :data:`shearbatch.schema.requirements.REQUIREMENTS`
         (``level``: its alias ``level_k``, kept for old callers); by default the campaign
         config's ``campaign.requirement``, else ``level0``; the result's ``requirement``
         says which and from where. ``options``: ``estimator``, ``point``, ``weights``,
         ``n_boot``, ``sbc_mode``, ``acceptance``, ``include_unplanned``, ``target_sigma_m``
-        (see :func:`shearbatch.analysis.acceptance.analyze`).
+        (see :func:`shearbatch.analysis.bias.measure_bias`). The same functions as
+        ``bias-stats --input <this campaign>`` (:func:`shearbatch.app.choose_requirement`,
+        :func:`shearbatch.app.stats_of_table` on :func:`shearbatch.app.campaign_table`),
+        without writing a file.
         """
-        from .app.stats import campaign_requirement
-        from .schema.requirements import resolve
+        from .analysis import extract as ex
+        from .analysis.pooled import from_arrays
+        from .app import StageError, choose_requirement, stats_of_table
+        from .app.extract import campaign_rows
 
         if requirement is not None and level is not None:
             raise ValueError("stats: give requirement or its alias level, not both")
         given = requirement if requirement is not None else level
-        where = "argument"
-        if given is None:
-            given, where = campaign_requirement(self.root)
-            where = f"campaign.requirement in {where}" if given else "default"
-        name = resolve(given or "level0")
-        import pandas as pd
-
-        from .analysis import acceptance
-        from .analysis import extract as ex
-        from .analysis.pooled import from_arrays
-        from .analysis.progress import campaign_progress
-
-        rows = ex.extract_campaign(self.root, workers=1, progress=False)
-        rows, _ = campaign_progress(self.root, rows)  # planned, not started: unfinished
-        df = pd.DataFrame(rows, columns=list(ex.SUMMARY_COLUMNS))
+        try:
+            name, chosen = choose_requirement(given, self.root, given_by="argument",
+                                              default="default")  # fmt: skip
+        except StageError as err:
+            raise ValueError(str(err)) from None
+        rows, _ = campaign_rows(self.root, workers=1)  # as campaign_table, keeping the draws
         arrays = ex.population_arrays(rows)  # interim model: pooled per grid point
         population = None if arrays is None else from_arrays(arrays)
-        res, _, _ = acceptance.analyze(df, requirement=name, population=population, **options)
-        res["requirement"]["chosen"] = where
-        return res
+        df = ex.summary_frame(rows)
+        return stats_of_table(df, name, chosen, population=population, **options).result
 
     def posterior(self, run_id: str) -> Any:
         """``posterior.nc`` of one realization as an ``xarray.DataTree`` (loaded into memory).

@@ -41,11 +41,11 @@ the defaults are ``bias-run``'s). ``flags`` lists every flag by name,
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
 import multiprocessing
-import os
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -59,7 +59,7 @@ from ..core import flags as fl
 from ..core.convergence import Convergence
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
 from ..core.population_np import PriorSpec
-from ..io import POSTERIOR, find_realization_dirs, inspect_realization, integrity
+from ..io import POSTERIOR, atomic, find_realization_dirs, inspect_realization, integrity
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -74,10 +74,12 @@ __all__ = [
     "load_thresholds",
     "map_cpu_only",
     "population_arrays",
-    "population_path",
     "posterior_attrs",
     "read_realization",
+    "read_summary",
     "status_counts",
+    "summary_frame",
+    "summary_text",
     "write_population",
     "write_summary",
 ]
@@ -453,12 +455,6 @@ def status_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return out
 
 
-def population_path(summary: str | Path) -> Path:
-    """The population sidecar of a summary table: ``summary.csv`` -> ``summary.population.npz``."""
-    p = Path(summary)
-    return p.with_name(p.stem + ".population.npz")
-
-
 def write_population(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:
     """The per-galaxy draws of every ``ok`` interim-model row (``_population``) in one
     ``.npz`` for ``bias-stats``' pooled fit; None (nothing written, a stale file removed)
@@ -480,25 +476,20 @@ def write_population(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Pat
     run_id, galaxy = _population_index(keep)
     pops = _population_json(keep)
     g = len(run_id)
-    tmp = path.with_name(f".{path.name}.tmp.npz")
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, arr in (("run_id", run_id), ("galaxy", galaxy)):
-                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
-                    np.lib.format.write_array(fh, arr, allow_pickle=False)
-            for name, tail in (("eps", (2,)), ("log_base", ())):
-                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
-                    np.lib.format.write_array_header_1_0(fh, {
-                        "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
-                        "fortran_order": False, "shape": (g, k, *tail)})  # fmt: skip
-                    for r in keep:
-                        fh.write(_padded(_compact(r["_population"]), name, k).tobytes())
-            with zf.open("population.npy", "w", force_zip64=True) as fh:
-                np.lib.format.write_array(fh, np.asarray(pops), allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic.replacing(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED,
+                                                       allowZip64=True) as zf:  # fmt: skip
+        for name, arr in (("run_id", run_id), ("galaxy", galaxy)):
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, arr, allow_pickle=False)
+        for name, tail in (("eps", (2,)), ("log_base", ())):
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array_header_1_0(fh, {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                    "fortran_order": False, "shape": (g, k, *tail)})  # fmt: skip
+                for r in keep:
+                    fh.write(_padded(_compact(r["_population"]), name, k).tobytes())
+        with zf.open("population.npy", "w", force_zip64=True) as fh:
+            np.lib.format.write_array(fh, np.asarray(pops), allow_pickle=False)
     return path
 
 
@@ -553,8 +544,9 @@ def population_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray
             "population": np.asarray(pops)}  # fmt: skip
 
 
-def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    """Write ``summary.csv`` (columns :data:`SUMMARY_COLUMNS`, empty cells for unknowns) atomically."""
+def summary_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``summary.csv``'s text: columns :data:`SUMMARY_COLUMNS`, empty cells for unknowns,
+    floats to 10 significant digits."""
     import pandas as pd
 
     df = pd.DataFrame(list(rows), columns=SUMMARY_COLUMNS)
@@ -562,9 +554,28 @@ def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
         df[col] = df[col].astype("Int64")
     for col in ("passed_convergence", "truth_from_prior", "in_plan"):
         df[col] = df[col].astype("boolean")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False, float_format="%.10g")
-    os.replace(tmp, path)
-    return path
+    return df.to_csv(index=False, float_format="%.10g")
+
+
+def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write ``summary.csv`` (:func:`summary_text`) atomically."""
+    return atomic.write_text(path, summary_text(rows))
+
+
+def read_summary(source: str | Path | io.StringIO) -> Any:
+    """A summary table (a path or a text buffer) as ``bias-stats`` reads it: a pandas
+    DataFrame, ``run_id``, ``pair_id`` and ``status`` as text, the columns of older
+    versions renamed (:func:`shearbatch.analysis.bias.current_columns`). ``ValueError`` or
+    ``OSError`` when it cannot be read."""
+    import pandas as pd
+
+    from .bias import current_columns
+
+    df = pd.read_csv(source, dtype={"run_id": str, "pair_id": str, "status": str})
+    return current_columns(df)
+
+
+def summary_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """The table :func:`read_summary` gives for the ``summary.csv`` of ``rows``, without
+    the file: the same text, parsed (the same rounding, the same types)."""
+    return read_summary(io.StringIO(summary_text(rows)))

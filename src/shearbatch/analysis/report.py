@@ -24,6 +24,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from .result import BiasResult
+
 __all__ = ["failures_by_flag", "provenance", "render_report"]
 
 _CSS = """
@@ -124,85 +126,78 @@ def _figure_html(path: Path) -> str:
 
 
 def render_report(
-    res: Mapping[str, Any],
+    res: BiasResult,
     figures: Sequence[Path],
     flags: Mapping[str, int],
     prov: Mapping[str, Any],
     config: Mapping[str, str] | None = None,
 ) -> str:
-    """The whole HTML document of a ``bias-stats`` result ``res`` (bias_results.json);
-    ``config``: ``{text, source}`` of the config as run (YAML)."""
-    v = res["verdict"]
-    req = res.get("requirement") or {"name": res["level"]}
-    sc = res.get("scope") or {}
+    """The whole HTML document of a ``bias-stats`` result ``res``; ``config``: ``{text,
+    source}`` of the config as run (YAML)."""
+    v = res.verdict
+    req = res.requirement
+    sc = res.scope or {}
     unfinished = f" — {_esc(sc['message'])}" if sc.get("unfinished") else ""
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>shearbatch report: {_esc(v)}</title><style>{_CSS}</style></head><body>",
         "<h1>Shear-bias campaign report</h1>",
         f"<p><span class='verdict {v}' id='verdict'>{_esc(v)}</span>{unfinished} "
-        f"requirement <b>{_esc(req['name'])}</b>: used {res['n_used']} of "
-        f"{res['n_realizations']} realization(s) "
-        f"({res['n_seeds']} independent seeds); estimator {_esc(res['estimator'])}, point "
-        f"estimate {_esc(res['point_estimate'])}, weights {_esc(res['weights'])}.</p>",
+        f"requirement <b>{_esc(req.name)}</b>: used {res.n_used} of "
+        f"{res.n_realizations} realization(s) "
+        f"({res.n_seeds} independent seeds); estimator {_esc(res.estimator)}, point "
+        f"estimate {_esc(res.point_estimate)}, weights {_esc(res.weights)}.</p>",
         "<p>Model: g_hat = (1 + m) g_true + c, per component. A criterion PASSes when "
-        f"|x| + qσ ≤ threshold, FAILs when |x| − qσ &gt; threshold (z = {res['z']:g}, q its "
+        f"|x| + qσ ≤ threshold, FAILs when |x| − qσ &gt; threshold (z = {res.z:g}, q its "
         "Student-t quantile with seeds − 1 degrees of freedom), and is INCONCLUSIVE "
         "otherwise.</p>",
     ]
-    if req.get("source"):
+    if req.source:
         parts.append(
-            f"<p><b>Requirement {_esc(req['name'])}</b> ({_esc(req.get('for', ''))}"
-            f"; chosen {_esc(req.get('chosen', ''))}): {_esc(req['source'])}.</p>"
+            f"<p><b>Requirement {_esc(req.name)}</b> ({_esc(req.for_ or '')}"
+            f"; chosen {_esc(req.chosen or '')}): {_esc(req.source)}.</p>"
         )
     if sc.get("unplanned_dropped"):
         parts.append(
             f"<p><b>Note:</b> {sc['unplanned_dropped']} realization(s) not in the "
             "campaign's plan were left out (bias-stats --include-unplanned).</p>"
         )
-    if res.get("noise_bias"):
-        parts.append(f"<p><b>Note:</b> {_esc(res['noise_bias']['message'])}</p>")
-    if (res.get("prior") or {}).get("dominated"):
+    if res.noise_bias:
+        parts.append(f"<p><b>Note:</b> {_esc(res.noise_bias['message'])}</p>")
+    if (res.prior or {}).get("dominated"):
         parts.append("<p><b>Warning:</b> prior-dominated campaign: the shear prior pulls the "
                      "estimates (use the flat default prior for calibration).</p>")  # fmt: skip
     rows = []
-    crit = {c["name"]: c for c in res["criteria"]}
-    for k in ("m1", "c1", "m2", "c2"):
-        comp = f"g{k[1]}"
-        c = crit.get(f"|{k}|", {})
-        status = c.get("status", "not a criterion")
-        value = (
-            _num(res[k])
-            if res[k] is not None
-            else f"undefined ({_esc(res.get(f'{k}_reason', ''))})"
-        )
-        rows.append([k, value, _num(res.get(f"{k}_err"), ".2e"),
-                     _esc(res["fits"][comp]["error_label"]),
+    for k, x, err, why in res.values():
+        c = res.criterion(f"|{k}|")
+        status = c.status if c is not None else "not a criterion"
+        value = _num(x) if x is not None else f"undefined ({_esc(why or '')})"
+        rows.append([k, value, _num(err, ".2e"), _esc(res.fits[f"g{k[1]}"]["error_label"]),
                      f"<span class='{status}'>{_esc(status)}</span>",
-                     _num(c.get("threshold"), ".3g")])  # fmt: skip
+                     _num(c.threshold if c is not None else None, ".3g")])  # fmt: skip
     parts += ["<h2>m and c</h2>",
               _table(["quantity", "value", "± error", "error method", "status", "threshold"],
                      rows)]  # fmt: skip
     rows = []
-    for c in res["criteria"]:
-        thr = c["threshold"]
+    for c in res.criteria:
+        thr = c.threshold
         thr = f"[{thr[0]:.3g}, {thr[1]:.3g}]" if isinstance(thr, list) else f"{thr:.3g}"
-        rows.append([_esc(c["name"]), _num(c["value"], ".3g"), _num(c["err"], ".2g"),
-                     _esc((c.get("error_method") or "") + (f", q = {c['quantile']:.3g}"
-                                                           if c.get("quantile") else "")), thr,
-                     f"<span class='{c['status']}'>{_esc(c['status'].upper())}</span>",
-                     _esc(c.get("reason") or "") + (f" (needs ~{c['n_needed']} realizations)"
-                                                    if c.get("n_needed") and "realizations"
-                                                    not in (c.get("reason") or "") else "")])  # fmt: skip
+        rows.append([_esc(c.name), _num(c.value, ".3g"), _num(c.err, ".2g"),
+                     _esc((c.error_method or "") + (f", q = {c.quantile:.3g}"
+                                                    if c.quantile else "")), thr,
+                     f"<span class='{c.status}'>{_esc(c.status.upper())}</span>",
+                     _esc(c.reason or "") + (f" (needs ~{c.n_needed} realizations)"
+                                             if c.n_needed and "realizations"
+                                             not in (c.reason or "") else "")])  # fmt: skip
     parts += ["<h2>Acceptance criteria</h2>",
               _table(["criterion", "value", "± error", "error method", "threshold", "status",
                       "note"], rows)]  # fmt: skip
-    plan = res.get("planning") or {}
+    plan = res.planning or {}
     if plan.get("lines"):
         parts += ["<h2>Planning</h2>",
                   f"<pre id='planning'>{_esc(chr(10).join(plan['lines']))}</pre>"]  # fmt: skip
     rows = []
-    for comp, levels in res["coverage"].items():
+    for comp, levels in res.coverage.items():
         for lev, r in levels.items():
             if "observed" not in r:
                 rows.append([comp, lev, "–", "–", "–", "–", _esc(r.get("skipped", ""))])
@@ -213,24 +208,24 @@ def render_report(
     parts += ["<h2>Coverage</h2>",
               _table(["component", "interval", "observed", "expected", "band",
                       "n (independent seeds)", "status"], rows)]  # fmt: skip
-    sbc = res["sbc"]
+    sbc = res.sbc
     parts.append("<h2>Simulation-based calibration</h2>")
     if "skipped" in sbc:
         parts.append(f"<p>Skipped: {_esc(sbc['skipped'])}</p>")
     else:
         rows = []
         for comp, r in sbc.items():
-            crit = next((c for c in res["criteria"] if c["name"].startswith(f"SBC {comp}")), {})
+            crit = next((c for c in res.criteria if c.name.startswith(f"SBC {comp}")), None)
             rows.append([comp, r.get("n", "–"), r.get("n_eff", "–"), _num(r.get("p_value"), ".3g"),
                          _num(r.get("ks_p_value"), ".3g"),
-                         _esc(crit.get("status") or r.get("status") or ""),
+                         _esc((crit.status if crit else None) or r.get("status") or ""),
                          _esc(r.get("reason") or r.get("skipped") or "")])  # fmt: skip
         parts.append(_table(["component", "ranks", "independent seeds", "χ² p-value",
                              "KS p-value", "status", "note"], rows))  # fmt: skip
     parts.append("<h2>Failures and exclusions</h2>")
-    counts = [["failed", res["n_failed"]], ["incomplete", res["n_incomplete"]],
-              ["corrupt", res["n_corrupt"]]]  # fmt: skip
-    counts += [[f"excluded: {_esc(k)}", n] for k, n in res["excluded"].items()]
+    counts = [["failed", res.n_failed], ["incomplete", res.n_incomplete],
+              ["corrupt", res.n_corrupt]]  # fmt: skip
+    counts += [[f"excluded: {_esc(k)}", n] for k, n in res.excluded.items()]
     counts += [[f"flag: {_esc(k)}", n] for k, n in flags.items() if not k.startswith("status")]
     parts.append(_table(["what", "realizations"], counts))
     parts.append("<h2>Figures</h2>")
@@ -242,3 +237,115 @@ def render_report(
               _table(["", ""], [[_esc(k), f"<code>{_esc(val)}</code>"] for k, val in prov.items()]),
               "</body></html>"]  # fmt: skip
     return "\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------- the text summary
+
+
+def summary_lines(res: BiasResult, results: Path | None = None,
+                  plot_dir: Path | None = None) -> list[str]:  # fmt: skip
+    """``bias-stats``' printed summary of ``res``: the requirement, what was used and left
+    out, the notes and warnings, m and c, every criterion, the planning and the verdict
+    (``-> results``, the bias_results.json written; ``plot_dir``: where the figures are)."""
+    from ..core import flags as fl
+    from .verdict import EXIT_CODES
+
+    def num(v: Any) -> str:
+        return "-" if v is None else f"{v:.3g}"
+
+    req, acc, sc = res.requirement, res.acceptance, res.scope or {}
+    out = [f"requirement {req.name} (|m| < {acc['max_abs_m']:g}, |c| < "
+           f"{acc['max_abs_c']:g}): {req.chosen}"]  # fmt: skip
+    if sc.get("unplanned_dropped"):
+        out.append(f"  left out {sc['unplanned_dropped']} realization(s) not in the campaign's "
+                   "plan (summary.csv in_plan false; --include-unplanned uses them)")  # fmt: skip
+    ex = ", ".join(f"{k}: {v}" for k, v in res.excluded.items()) or "none"
+    out.append(f"{req.name}, estimator {res.estimator}, point estimate "
+               f"{res.point_estimate}, weights {res.weights}: used {res.n_used} of "
+               f"{res.n_realizations} realization(s) ({res.n_seeds} independent seeds); "
+               f"excluded: {ex}")  # fmt: skip
+    if pr := res.population:
+        worst = min(p["ess_fraction_min"] for p in pr["grid_points"])
+        coll = sum(p["n_collapsed"] for p in pr["grid_points"])
+        out.append(f"  population estimator pooled per grid point: {pr['n_galaxies']} galaxies "
+                   f"of {pr['n_seeds']} seeds over {len(pr['grid_points'])} grid point(s); "
+                   f"smallest per-galaxy ESS {worst:.2g} of the draws, {coll} galaxies with "
+                   "collapsed weights at the estimate")  # fmt: skip
+        out.append(_numerical_line(pr["grid_points"], pr.get("num_err_m_max", 1e-4)))
+    for name, n in (res.warnings or {}).items():
+        out.append(f"  WARNING {name} in {n} used realization(s): {fl.FLAGS[name][1]}")
+    des = res.design or {}
+    if des.get("rotations", 1) > 1:
+        out.append(f"  ring design: {des['rotations']} rotations per seed"
+                   f"{', paired' if des['paired'] else ''}; errors resample whole seeds; "
+                   f"incomplete rings left out: {des['incomplete_rings_left_out']}")  # fmt: skip
+    if res.noise_bias:
+        out.append(f"  NOTE {res.noise_bias['message']}")
+    pr = res.prior or {}
+    if pr.get("dominated"):
+        out.append(f"  WARNING prior-dominated: the shear prior pulls the estimates by a median "
+                   f"{max(v for k, v in pr.items() if k.startswith('shrinkage') and v):.2g} "
+                   f"(m shifted by about that much); use the flat default prior "
+                   f"(gal.shear.type: UniformDisk) for calibration")  # fmt: skip
+    for k, x, err, why in res.values():
+        label = res.fits[f"g{k[1]}"]["error_label"]
+        if x is None:
+            out.append(f"  {k} = undefined ({why or ''}; not a criterion)")
+        elif err is None:
+            out.append(f"  {k} = {x:+.3e} (no error: {label})")
+        else:
+            out.append(f"  {k} = {x:+.3e} ± {err:.2e} ({label})")
+    out.append(f"criteria (PASS: |x| + q·σ <= threshold; FAIL: |x| - q·σ > threshold; "
+               f"z = {res.z:g}, q = its Student-t quantile with seeds - 1 dof):")  # fmt: skip
+    for c in res.criteria:
+        thr = c.threshold
+        thr = f"[{thr[0]:.3g}, {thr[1]:.3g}]" if isinstance(thr, list) else f"{thr:.3g}"
+        err = f" ± {c.err:.2g}" if c.err is not None else ""
+        if err and c.error_method:
+            err += f" ({c.error_method}"
+            err += f", q = {c.quantile:.3g})" if c.quantile is not None else ")"
+        line = f"  {'[' + c.status.upper() + ']':>14} {c.name:<20} {num(c.value)}{err}"
+        line += f" (threshold {thr})"
+        if c.status == "inconclusive":
+            line += f": {c.reason}" if c.reason else ""
+            if c.n_needed is not None and "realizations" not in c.reason:
+                line += f"; needs ~{c.n_needed} realizations"
+        elif c.status == "fail" and c.reason:
+            line += f": {c.reason}"
+        out.append(line)
+    out += (res.planning or {}).get("lines", [])
+    v = res.verdict
+    why = ""
+    if sc.get("unfinished"):
+        why = f" {sc['message']} (on the complete ones: {res.verdict_of_complete})"
+    out.append(f"verdict: {v} (exit {EXIT_CODES[v]}){why}"
+               + (f" -> {results}" if results is not None else ""))  # fmt: skip
+    if plot_dir is not None:
+        out.append(f"plots: {plot_dir}")
+    return out
+
+
+def _numerical_line(points: list[dict[str, Any]], limit: float) -> str:
+    """One line: the pooled fits' numerical error against their statistical error, and the
+    grid points flagged (not converged, or above ``limit`` in m units)."""
+    import math
+
+    def val(p: dict[str, Any], key: str) -> float:  # unknown (None, NaN): infinite
+        v = p.get(key)
+        return math.inf if v is None or not math.isfinite(v) else float(v)
+
+    num = max(max(val(p, "g1_num_err"), val(p, "g2_num_err")) for p in points)
+    num_m = max(val(p, "num_err_m") for p in points)
+    stat = min(min(val(p, "g1_err"), val(p, "g2_err")) for p in points)
+    bad = [p for p in points if p.get("flagged", not p.get("converged", False))]
+    head = (f"pooled fits' numerical error: at most {num:.2g} in g ({num_m:.2g} in m units) "
+            f"against statistical errors of at least {stat:.2g}; ")  # fmt: skip
+    if not bad:
+        return f"  {head}all {len(points)} grid point(s) converged, none above {limit:g} in m"
+    what = ", ".join(f"({p['g1_true']:g}, {p['g2_true']:g}) {p.get('status', 'not converged')}"
+                     f" {val(p, 'num_err_m'):.2g}" for p in bad[:4])  # fmt: skip
+    more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+    return (
+        f"  WARNING {head}{len(bad)} of {len(points)} grid point(s) flagged (not "
+        f"converged or above {limit:g} in m): {what}{more}"
+    )

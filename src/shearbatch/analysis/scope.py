@@ -10,7 +10,7 @@
   of those; ``k of N planned realizations complete`` counts the ``ok`` and ``failed`` rows
   (:class:`shearbatch.analysis.progress.Progress` counts the same way). The fraction
   converged is then taken over the complete realizations, and the verdict is
-  INCONCLUSIVE (:func:`shearbatch.analysis.acceptance.analyze`).
+  INCONCLUSIVE (:func:`shearbatch.analysis.bias.measure_bias`).
 """
 
 from __future__ import annotations

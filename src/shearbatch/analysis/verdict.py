@@ -42,21 +42,46 @@ grid points per seed, are what shrink ``sigma``.
 
 The campaign's verdict (:func:`overall`): ``FAIL`` if any criterion fails,
 else ``INCONCLUSIVE`` if any is inconclusive, else ``PASS``.
+
+The criteria of a requirement (:func:`criteria`), each a
+:class:`~shearbatch.analysis.result.Criterion` with ``status`` ``pass`` | ``fail`` |
+``inconclusive``:
+
+- ``|m1|, |m2|, |c1|, |c2|``: the rule above against ``max_abs_m`` / ``max_abs_c``, with
+  its ``quantile`` and ``dof``; an undefined ``m`` (constant truth in that component) is
+  not a criterion, and :func:`criteria` alone reports one without an error as
+  ``inconclusive``.
+- coverage (68% and 95%, per component): two-sided binomial band at ``coverage_z``; SBC:
+  chi-square p-value >= ``sbc_p_min``. Both need ``min_seeds`` independent seeds, else
+  ``inconclusive`` ("too few to test").
+- fraction converged >= ``min_frac_converged`` (a count: pass or fail).
+
+Default criteria per level live in :data:`ACCEPTANCE` (the presets, with their sources,
+are :data:`shearbatch.schema.requirements.REQUIREMENTS`); :func:`load_acceptance` reads
+overrides from YAML.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from scipy import stats as st
 
+from ..schema import requirements as rq
+from .result import Criterion
+from .stats import Fit, error_label
+
 __all__ = [
+    "ACCEPTANCE",
     "EXIT_CODES",
+    "LEVELS",
     "STATUSES",
     "VERDICTS",
+    "criteria",
     "decide",
+    "load_acceptance",
     "n_for_sigma",
     "n_needed",
     "overall",
@@ -68,6 +93,12 @@ STATUSES = ("pass", "fail", "inconclusive")
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
 #: bias-stats exit status per verdict (2 is bad input)
 EXIT_CODES = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
+LEVELS = ("level_0", "level_1", "level_2")
+#: Default acceptance per level (the old --level names): |m| and |c| ceilings (per
+#: component) judged at ``z`` standard errors (2.0: one-sided ~97.7%), coverage inside its
+#: two-sided ``coverage_z`` binomial band, ``min_seeds`` independent seeds to test coverage
+#: or SBC, minimum fraction of the complete realizations usable, SBC p-value floor.
+ACCEPTANCE: dict[str, dict[str, float]] = {lev: rq.criteria_of(lev) for lev in LEVELS}
 
 
 def quantile(z: float, n_seeds: int | None) -> float:
@@ -218,7 +249,7 @@ def _design_words(design: dict[str, Any]) -> str:
 
 
 def planning(
-    criteria: list[dict[str, Any]],
+    criteria: Sequence[Criterion],
     fits: dict[str, Any],
     design: dict[str, Any],
     n_used: int,
@@ -238,21 +269,21 @@ def planning(
     ]
     rows = []
     for c in criteria:
-        if not c["name"].startswith(("|m", "|c")) or c.get("err") is None:
+        if not c.name.startswith(("|m", "|c")) or c.err is None:
             continue
-        z, thr, err, x = c["z"], c["threshold"], c["err"], c["value"]
-        seeds = c["dof"] + 1 if c.get("dof") is not None else n_seeds  # the fit's seeds
+        z, thr, err, x = c.z, c.threshold, c.err, c.value
+        seeds = c.dof + 1 if c.dof is not None else n_seeds  # the fit's seeds
         p = plan(x, err, thr, z, n_used, seeds)
-        if c["status"] != "inconclusive":  # decided: nothing left to confirm
+        if c.status != "inconclusive":  # decided: nothing left to confirm
             p.update(n_confirm_fail=None, n_pass_at_estimate=None)
-        row = {"name": c["name"], "value": x, "err": err, "threshold": thr,
-               "status": c["status"], **p}  # fmt: skip
+        row = {"name": c.name, "value": x, "err": err, "threshold": thr,
+               "status": c.status, **p}  # fmt: skip
         rows.append(row)
         n0 = p["n_pass_if_zero"]
         if p["quantile"] is None:
-            lines.append(f"  {c['name']:<5}: no error estimate (needs at least 2 seeds)")
+            lines.append(f"  {c.name:<5}: no error estimate (needs at least 2 seeds)")
             continue
-        head = f"  {c['name']:<5} = {x:.3g} ± {err:.2g} ({c['status']}"
+        head = f"  {c.name:<5} = {x:.3g} ± {err:.2g} ({c.status}"
         head += f", {'detected' if p['detected'] else 'not detected'}: |x| "
         head += f"{'>' if p['detected'] else '<='} {p['quantile']:.3g}·σ): "
         if n0 is None:
@@ -294,4 +325,128 @@ def planning(
         out["n_for_target"] = need
     out["notes"] = notes
     out["lines"] = lines + [f"  NOTE {n}" for n in notes]
+    return out
+
+
+def _criterion(
+    name: str,
+    value: Any,
+    threshold: Any,
+    status: str,
+    *,
+    err: float | None = None,
+    z: float | None = None,
+    n_needed: int | None = None,
+    error_method: str | None = None,
+    reason: str = "",
+    quantile: float | None = None,
+    dof: int | None = None,
+    planning: dict[str, Any] | None = None,
+) -> Criterion:
+    """One criterion; ``quantile`` / ``dof``: the Student-t bound of an m or c criterion,
+    ``planning``: its :func:`plan` (None for the others)."""
+    p = planning or {}
+    return Criterion(name, value, threshold, status, err=err, z=z, n_needed=n_needed,
+                     error_method=error_method, reason=reason, quantile=quantile, dof=dof,
+                     detected=p.get("detected"),
+                     n_pass_if_zero=p.get("n_pass_if_zero"))  # fmt: skip
+
+
+def _scaled(n_used: int, n_seeds: int, min_seeds: int) -> int:
+    """Realizations for ``min_seeds`` seeds at the campaign's realizations per seed."""
+    return math.ceil(n_used * min_seeds / max(n_seeds, 1))
+
+
+def criteria(
+    fits: dict[str, Fit],
+    cov: dict[str, Any],
+    sbc_res: dict[str, Any],
+    frac: float,
+    acc: dict,
+    n_used: int | None = None,
+) -> list[Criterion]:
+    """The acceptance criteria (:class:`~shearbatch.analysis.result.Criterion` each): m and
+    c per component (an undefined m is not one), coverage, SBC, fraction converged."""
+    out = []
+    z = acc["z"]
+    n_used = n_used if n_used is not None else max(f.n for f in fits.values())
+    for comp, f in fits.items():
+        k = comp[1]
+        for q, x, err, thr in (("m", f.m, f.m_err, acc["max_abs_m"]),
+                               ("c", f.c, f.c_err, acc["max_abs_c"])):  # fmt: skip
+            if x is None:
+                continue  # undefined: not a criterion (both undefined: measure_bias refuses)
+            status, need, why = decide(x, err, thr, z, n_used, f.n_groups)
+            out.append(_criterion(f"|{q}{k}|", abs(x), thr, status, err=err, z=z,
+                                  n_needed=need, error_method=error_label(f), reason=why,
+                                  quantile=quantile(z, f.n_groups),
+                                  dof=max(f.n_groups - 1, 0),
+                                  planning=plan(x, err, thr, z, n_used, f.n_groups)))  # fmt: skip
+    for comp, levels in cov.items():
+        for lev, r in levels.items():
+            if "observed" not in r:
+                continue
+            need = _scaled(r["n"], r["n_eff"], r["min_seeds"]) if r["status"] == "inconclusive" \
+                else None  # fmt: skip
+            out.append(_criterion(f"coverage {comp} {float(lev):.0%}", r["observed"], r["band"],
+                                  r["status"], err=r["se"], z=r["z"], n_needed=need,
+                                  error_method=f"binomial over {r['n_eff']} seeds",
+                                  reason=r["reason"]))  # fmt: skip
+    for comp, r in sbc_res.items():
+        if not isinstance(r, dict) or "skipped" in r:
+            continue
+        thr, p = acc["sbc_p_min"], r.get("p_value")
+        if r.get("status") == "inconclusive":
+            status, why = "inconclusive", r["reason"]
+            need = _scaled(r["n"], r["n_eff"], r["min_seeds"])
+        else:
+            status, why, need = (
+                ("pass", "", None) if p >= thr else ("fail", "ranks not uniform", None)
+            )
+        r["status"] = status
+        out.append(_criterion(f"SBC {comp} uniformity p", p, thr, status, n_needed=need,
+                              error_method=f"chi-square over {r['n']} ranks", reason=why))  # fmt: skip
+    thr = acc["min_frac_converged"]
+    out.append(_criterion("fraction converged", frac, thr, "pass" if frac >= thr else "fail"))
+    return out
+
+
+def load_acceptance(path: str | None, level: str) -> dict[str, float]:
+    """Overrides for the requirement ``level`` (a preset or an alias) from a YAML (``{name:
+    {key: value}}``, top level or under ``acceptance:``; a preset's overrides may be given
+    under its alias too); unknown names or keys raise ``ValueError`` naming the key path."""
+    if path is None:
+        return {}
+    import yaml
+
+    with open(path) as fh:
+        doc = yaml.safe_load(fh) or {}
+    sec = doc.get("acceptance", doc) if isinstance(doc, dict) else None
+    if not isinstance(sec, dict):
+        raise ValueError("acceptance: expected a mapping of levels")
+    for lev, vals in sec.items():
+        if lev == "convergence" and "acceptance" not in doc:
+            continue
+        if lev not in rq.names():
+            raise ValueError(f"acceptance.{lev}: unknown requirement; use one of "
+                             f"{', '.join(rq.names())}")  # fmt: skip
+        if not isinstance(vals, dict):
+            raise ValueError(f"acceptance.{lev}: expected a mapping")
+        for k, v in vals.items():
+            if k not in rq.CRITERIA_KEYS:
+                raise ValueError(
+                    f"acceptance.{lev}.{k}: unknown key; use {', '.join(rq.CRITERIA_KEYS)}"
+                )
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ValueError(f"acceptance.{lev}.{k}: must be a number, got {v!r}")
+            if k == "min_seeds" and (v < 1 or v != int(v)):
+                raise ValueError(f"acceptance.{lev}.{k}: must be an integer >= 1, got {v!r}")
+            if k in ("z", "coverage_z") and v <= 0:
+                raise ValueError(f"acceptance.{lev}.{k}: must be > 0, got {v!r}")
+    name = rq.resolve(level)  # overrides given under the preset's name or its alias
+    out: dict[str, float] = {}
+    for key in (name, rq.alias_of(name)):
+        vals = sec.get(key) if key else None
+        out.update({k: (int(v) if k == "min_seeds" else float(v))
+                    for k, v in (vals or {}).items()})  # fmt: skip
     return out

@@ -6,13 +6,29 @@
   key, before anything is computed);
 - :func:`run` (manifest, claims, signals, time limit, engine), :func:`emit_sbatch` (a SLURM
   array script instead), :func:`preview` (PNGs of the stamps and fitted models),
-  :func:`estimate_lines` (the dry run's disk and, with a pilot batch, time estimates).
+  :func:`estimate_lines` (the dry run's disk and, with a pilot batch, time estimates);
+- stage 2, ``bias-extract``: :class:`ExtractOptions` -> :func:`run_extract` ->
+  :class:`ExtractOutcome` (:mod:`.extract`; :func:`campaign_table`, the same table in
+  memory, is :meth:`shearbatch.api.Campaign.summary`);
+- stage 3, ``bias-stats``: :class:`StatsOptions` -> :func:`run_stats` ->
+  :class:`StatsOutcome`, carrying the typed
+  :class:`~shearbatch.analysis.result.BiasResult` (:mod:`.stats`; the figures and the
+  report: :mod:`.report`); :meth:`shearbatch.api.Campaign.stats` shares its
+  :func:`choose_requirement` and :func:`stats_of_table`. Bad input to either raises
+  :class:`StageError`, one line naming the flag.
 
 The CLI (:mod:`shearbatch.cli`) only parses, calls this package, prints and maps exceptions
 to exit codes; nothing here imports it.
 """
 
 from .estimate import disk_estimate, estimate_lines, pilot
+from .extract import (
+    ExtractOptions,
+    ExtractOutcome,
+    StageError,
+    campaign_table,
+    run_extract,
+)
 from .options import (
     PlanError,
     RunOptions,
@@ -38,19 +54,27 @@ from .runner import (
 )
 from .sbatch import emit_sbatch, run_args
 from .signals import StopOnSignal, deadline
+from .stats import StatsOptions, StatsOutcome, choose_requirement, run_stats, stats_of_table
 
 __all__ = [
     "COMMANDS_FILE",
     "MAX_PLAN",
+    "ExtractOptions",
+    "ExtractOutcome",
     "Outcome",
     "Plan",
     "PlanError",
     "RunOptions",
+    "StageError",
+    "StatsOptions",
+    "StatsOutcome",
     "StopOnSignal",
     "apply_flags",
+    "campaign_table",
     "check_campaign",
     "check_out_path",
     "check_writable",
+    "choose_requirement",
     "compile_first",
     "config_with_flags",
     "deadline",
@@ -71,5 +95,8 @@ __all__ = [
     "run",
     "run_args",
     "run_claimed",
+    "run_extract",
+    "run_stats",
+    "stats_of_table",
     "write_manifest",
 ]

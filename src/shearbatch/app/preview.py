@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..io import atomic
 from .plan import Plan
 
 __all__ = ["models_at_estimate", "preview"]
@@ -28,9 +29,9 @@ def preview(plan: Plan, path: Path, n: int = 4, fitted: bool = False,
         return
     sim = generate(plan.spec, reals)
     models = models_at_estimate(plan, reals) if fitted else None
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig = stamps_figure(sim.images, [r.run_id for r in reals], sim.noise_sigma, models)
-    fig.savefig(path, dpi=100)
+    with atomic.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     what = "data, model at the estimate, residual" if fitted else "data"
     notify(f"preview of {len(reals)} realization(s) ({what}): {path}")
 

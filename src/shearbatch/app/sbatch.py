@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..io import atomic
 from .options import PlanError
 from .plan import Plan
 
@@ -44,7 +45,7 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     flags merged in. Returns the lines to show the user."""
     import math
 
-    from ..analysis.acceptance import LEVELS
+    from ..analysis.verdict import LEVELS
     from ..io.manifest import FROZEN_CONFIG, write_frozen_config
     from ..slurm import ArrayError, SbatchOptions, parse_indices, sbatch_script, stats_script
 
@@ -110,8 +111,7 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     except OSError as err:
         raise PlanError(f"--output-dir: cannot write {out}: {err.strerror}") from None
     for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        atomic.write_text(path, text)
     lines = [f"wrote {frozen}: the config as run (the tasks read it)",
              f"wrote {script}: {tasks} array task(s) over {n} realizations, "
              f"{lanes}-lane batches; logs in {log_dir}"]  # fmt: skip

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from ..app.stats import SUMMARY, extract_to
+from ..app import ExtractOptions, StageError, run_extract
 from .options import (
-    _check_out_path,
     _Command,
     _example,
     _fail,
@@ -71,49 +69,18 @@ def bias_extract(**kw: Any) -> int:
     Directories that are not in the campaign's plan (campaign.json) are reported and
     marked in_plan = False in summary.csv.
     """
-    from ..analysis import extract as ex
-    from ..analysis.progress import mixed_warning
-    from ..io.manifest import MANIFEST
-
     _setup_logging(kw["verbose"])
-    root = Path(kw["input_dir"])
-    if not root.is_dir():
-        raise _fail(f"--input-dir: {root} is not a directory")
-    if kw["workers"] is not None and kw["workers"] < 1:
-        raise _fail(f"--workers: must be >= 1, got {kw['workers']}")
-    out = Path(kw["output"]) if kw["output"] is not None else root / SUMMARY
-    _check_out_path("--output", out, is_dir=False)
-    try:
-        th = ex.load_thresholds(kw["convergence_config"])
-    except OSError as err:
-        raise _fail(f"--convergence-config: {err.strerror}: {err.filename}") from None
-    except ValueError as err:
-        raise _fail(f"--convergence-config: {err}") from None
     progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
-    if not ex.find_realization_dirs(root) and not (root / MANIFEST).is_file():
-        raise _fail(f"--input-dir: no realization directories under {root}")
+    opts = ExtractOptions(input_dir=kw["input_dir"], output=kw["output"], workers=kw["workers"],
+                          convergence_config=kw["convergence_config"], progress=progress)  # fmt: skip
     try:  # the one extraction, shared with bias-stats --input <campaign dir>
-        rows, prog, pop_path = extract_to(root, out, th, kw["workers"], progress)
-    except ValueError as err:
-        raise _fail(f"--input-dir: {err}") from None
-    counts = ex.status_counts(rows)
-    conv = sum(1 for r in rows if r["status"] == "ok" and r.get("passed_convergence"))
-    click.echo(
-        f"{len(rows)} realization(s): "
-        + ", ".join(f"{k} {v}" for k, v in counts.items())
-        + f"; passed convergence {conv} -> {out}"
-    )
-    click.echo(f"campaign: {prog.line()}")
-    if pop_path is not None:
-        click.echo(f"interim model: per-galaxy draws for bias-stats' pooled fit -> {pop_path}")
-    if prog.unplanned:
-        logger.warning("%s: not this campaign's (campaign.json's plan); summary.csv marks "
-                       "them in_plan = False and bias-stats leaves them out unless "
-                       "--include-unplanned", prog.unplanned_line(5))  # fmt: skip
-    for msg in [*prog.problems, mixed_warning(prog.mixed)]:
-        if msg:
-            logger.warning("%s", msg)
-    if len(prog.batch_sizes) > 1:
-        logger.info("batch sizes %s (allowed: MAP agrees to < 1e-6 across batch sizes; "
-                    "recorded per realization in summary.csv)", prog.batch_sizes)  # fmt: skip
+        done = run_extract(opts)
+    except StageError as err:
+        raise _fail(str(err)) from None
+    for line in done.lines():
+        click.echo(line)
+    for msg in done.warnings():
+        logger.warning("%s", msg)
+    for msg in done.notes():
+        logger.info("%s", msg)
     return 0

@@ -1,15 +1,21 @@
 """Files: the campaign layout, atomic writers and readers. Nothing else knows a file name."""
 
 from .layout import (
+    BIAS_RESULTS,
     CONVERGENCE,
+    FIGURES,
     FILES,
+    PLOTS,
     POSTERIOR,
+    REPORT,
+    SUMMARY,
     TRUTH,
     Inspection,
     find_realization_dirs,
     inspect_planned,
     inspect_realization,
     netcdf_problem,
+    population_path,
     realization_status,
 )
 from .writer import (
@@ -26,9 +32,14 @@ from .writer import (
 )
 
 __all__ = [
+    "BIAS_RESULTS",
     "CONVERGENCE",
+    "FIGURES",
     "FILES",
+    "PLOTS",
     "POSTERIOR",
+    "REPORT",
+    "SUMMARY",
     "TRUTH",
     "Inspection",
     "Record",
@@ -39,6 +50,7 @@ __all__ = [
     "inspect_planned",
     "inspect_realization",
     "netcdf_problem",
+    "population_path",
     "read_json",
     "read_posterior",
     "realization_status",

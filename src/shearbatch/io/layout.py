@@ -5,8 +5,13 @@
 (``.<name>.<host>.<pid>.<random>.tmp``) in the same directory and renamed into place;
 ``convergence.json`` is written last (and removed first when a directory is
 redone). What "complete" means is :func:`inspect_realization`, the one definition
-that the resume of ``bias-run`` and ``bias-extract`` share. Nothing else in the
-package knows these names.
+that the resume of ``bias-run`` and ``bias-extract`` share.
+
+Stages 2 and 3 write into the campaign root (or where ``--output`` / ``--output-dir``
+say): :data:`SUMMARY` (``bias-extract``'s table) and its population sidecar
+(:func:`population_path`), :data:`BIAS_RESULTS`, :data:`REPORT` and the figures
+(:data:`FIGURES`) under :data:`PLOTS` (``bias-stats``). Nothing else in the package knows
+these names; every file is written by :mod:`shearbatch.io.atomic`.
 """
 
 from __future__ import annotations
@@ -21,20 +26,40 @@ from ..core.convergence import Convergence
 from . import integrity
 
 __all__ = [
+    "BIAS_RESULTS",
     "CONVERGENCE",
+    "FIGURES",
     "FILES",
+    "PLOTS",
     "POSTERIOR",
+    "REPORT",
+    "SUMMARY",
     "TRUTH",
     "Inspection",
     "find_realization_dirs",
     "inspect_planned",
     "inspect_realization",
     "netcdf_problem",
+    "population_path",
     "realization_status",
 ]
 
 POSTERIOR, TRUTH, CONVERGENCE = "posterior.nc", "truth.json", "convergence.json"
 FILES = (TRUTH, POSTERIOR, CONVERGENCE)
+
+#: stage 2 (``bias-extract``): the summary table, one row per realization
+SUMMARY = "summary.csv"
+#: stage 3 (``bias-stats``): the typed result (:class:`shearbatch.analysis.result.BiasResult`),
+#: the self-contained HTML report and the folder of figures
+BIAS_RESULTS, REPORT, PLOTS = "bias_results.json", "report.html", "plots"
+#: ``bias-stats``' figures under :data:`PLOTS`, in the report's order
+FIGURES = ("stamps.png", "residuals.png", "coverage.png", "ranks.png", "worst_diagnostics.png")
+
+
+def population_path(summary: str | Path) -> Path:
+    """The population sidecar of a summary table: ``summary.csv`` -> ``summary.population.npz``."""
+    p = Path(summary)
+    return p.with_name(p.stem + ".population.npz")
 
 
 class Inspection(NamedTuple):

@@ -1,0 +1,176 @@
+"""Stage 2 in the application layer: :class:`ExtractOptions` -> :func:`run_extract` ->
+:class:`ExtractOutcome` (``bias-extract``), and the campaign's table in memory
+(:func:`campaign_table`, what :meth:`shearbatch.api.Campaign.summary` returns).
+
+Both go through :func:`campaign_rows`: one row per realization directory under the root
+(NUTS gates re-evaluated at the thresholds) plus one ``incomplete`` row per planned
+realization not started, each marked ``in_plan``
+(:func:`~shearbatch.analysis.progress.campaign_progress`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..io.layout import SUMMARY, population_path
+
+__all__ = [
+    "ExtractOptions",
+    "ExtractOutcome",
+    "StageError",
+    "campaign_rows",
+    "campaign_table",
+    "extract_to",
+    "run_extract",
+]
+
+
+class StageError(ValueError):
+    """Bad input to ``bias-extract`` or ``bias-stats``: ``str(err)`` is one line naming
+    the flag at fault; the commands exit 2 with it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtractOptions:
+    """``bias-extract``'s options."""
+
+    input_dir: str | Path
+    """The campaign root (nested layouts are scanned)."""
+    output: str | Path | None = None
+    """The summary table to write; default ``<input_dir>/summary.csv``."""
+    convergence_config: str | Path | None = None
+    """YAML with a ``convergence:`` block re-gating NUTS realizations."""
+    workers: int | None = None
+    """Reader processes; default the CPUs allocated."""
+    progress: bool = False
+
+
+class ExtractOutcome(NamedTuple):
+    """What :func:`run_extract` did: the rows written to ``summary``, the campaign's
+    :class:`~shearbatch.analysis.progress.Progress`, and the population sidecar (None
+    without interim-model rows)."""
+
+    rows: list[dict[str, Any]]
+    progress: Any
+    summary: Path
+    population: Path | None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """``{status: rows}``."""
+        from ..analysis.extract import status_counts
+
+        return status_counts(self.rows)
+
+    @property
+    def n_converged(self) -> int:
+        return sum(1 for r in self.rows if r["status"] == "ok" and r.get("passed_convergence"))
+
+    def lines(self) -> list[str]:
+        """``bias-extract``'s printed summary: the counts, the campaign, the sidecar."""
+        counts = ", ".join(f"{k} {v}" for k, v in self.counts.items())
+        out = [f"{len(self.rows)} realization(s): {counts}; passed convergence "
+               f"{self.n_converged} -> {self.summary}", f"campaign: {self.progress.line()}"]  # fmt: skip
+        if self.population is not None:
+            out.append("interim model: per-galaxy draws for bias-stats' pooled fit -> "
+                       f"{self.population}")  # fmt: skip
+        return out
+
+    def warnings(self) -> list[str]:
+        """What the campaign's state should warn about: directories not in its plan,
+        unreadable manifests, settings mixed within one campaign."""
+        from ..analysis.progress import mixed_warning
+
+        prog = self.progress
+        out = []
+        if prog.unplanned:
+            out.append(f"{prog.unplanned_line(5)}: not this campaign's (campaign.json's plan); "
+                       "summary.csv marks them in_plan = False and bias-stats leaves them out "
+                       "unless --include-unplanned")  # fmt: skip
+        return out + [m for m in [*prog.problems, mixed_warning(prog.mixed)] if m]
+
+    def notes(self) -> list[str]:
+        """What is allowed but worth a line: several batch sizes."""
+        if len(self.progress.batch_sizes) > 1:
+            return [f"batch sizes {self.progress.batch_sizes} (allowed: MAP agrees to < 1e-6 "
+                    "across batch sizes; recorded per realization in summary.csv)"]  # fmt: skip
+        return []
+
+
+def campaign_rows(
+    root: str | Path, thresholds: Any = None, workers: int | None = None, progress: bool = False
+) -> tuple[list[dict[str, Any]], Any]:
+    """``(rows, progress)`` of the campaign under ``root`` (module docstring); NUTS gates
+    at ``thresholds`` (default the built-in ones). ``ValueError`` when there is no
+    realization, planned or found."""
+    from ..analysis import extract as ex
+    from ..analysis.progress import campaign_progress
+
+    th = ex.DEFAULT_THRESHOLDS if thresholds is None else thresholds
+    rows = ex.extract_campaign(root, th, workers=workers, progress=progress)
+    rows, prog = campaign_progress(root, rows)
+    if not rows:
+        raise ValueError(f"no realization directories under {root}")
+    return rows, prog
+
+
+def campaign_table(root: str | Path, thresholds: Any = None, workers: int | None = 1) -> Any:
+    """The campaign's summary table as ``bias-stats`` reads it from ``summary.csv``
+    (:func:`~shearbatch.analysis.extract.summary_frame`: the same text, parsed), without
+    writing it."""
+    from ..analysis.extract import summary_frame
+
+    rows, _ = campaign_rows(root, thresholds, workers)
+    return summary_frame(rows)
+
+
+def extract_to(root: Path, out: Path, thresholds: Any = None, workers: int | None = None,
+               progress: bool = False) -> ExtractOutcome:  # fmt: skip
+    """:func:`campaign_rows`, written to ``out`` and the population sidecar beside it.
+    ``ValueError`` for a campaign without realizations or with mixed population priors."""
+    from ..analysis import extract as ex
+
+    rows, prog = campaign_rows(root, thresholds, workers, progress)
+    ex.write_summary(rows, out)
+    return ExtractOutcome(rows, prog, Path(out), ex.write_population(rows, population_path(out)))
+
+
+def check_extract(opts: ExtractOptions) -> tuple[Path, Path, Any]:
+    """``(root, summary path, thresholds)`` of ``opts``; :class:`StageError` (naming the
+    flag) for bad input, before anything is read."""
+    from ..analysis import extract as ex
+    from ..io.manifest import MANIFEST
+    from .plan import PlanError, check_out_path
+
+    root = Path(opts.input_dir)
+    if not root.is_dir():
+        raise StageError(f"--input-dir: {root} is not a directory")
+    if opts.workers is not None and opts.workers < 1:
+        raise StageError(f"--workers: must be >= 1, got {opts.workers}")
+    out = Path(opts.output) if opts.output is not None else root / SUMMARY
+    try:
+        check_out_path("--output", out, is_dir=False)
+    except PlanError as err:
+        raise StageError(str(err)) from None
+    try:
+        th = ex.load_thresholds(opts.convergence_config)
+    except OSError as err:
+        raise StageError(f"--convergence-config: {err.strerror}: {err.filename}") from None
+    except ValueError as err:
+        raise StageError(f"--convergence-config: {err}") from None
+    if not ex.find_realization_dirs(root) and not (root / MANIFEST).is_file():
+        raise StageError(f"--input-dir: no realization directories under {root}")
+    return root, out, th
+
+
+def run_extract(opts: ExtractOptions) -> ExtractOutcome:
+    """``bias-extract``: every realization of the campaign (and the planned ones not
+    started) in one summary table, written atomically (:class:`StageError` for bad input,
+    naming the flag)."""
+    root, out, th = check_extract(opts)
+    try:
+        return extract_to(root, out, th, opts.workers, opts.progress)
+    except ValueError as err:
+        raise StageError(f"--input-dir: {err}") from None
