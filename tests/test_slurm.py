@@ -304,7 +304,20 @@ def test_sparse_index_set_and_config_section(tmp_path):
     assert lines[-1].endswith("--array-indices 1,3,5")
     res, script = emit(tmp_path, "--sbatch-array", "10-13", "--no-sbatch-stats")
     assert "#SBATCH --array=10-13" in script.read_text().splitlines()
-    assert "--array-indices" not in script.read_text()
+    assert script.read_text().splitlines()[-1].endswith("--array-indices 10-13")
+
+
+def test_a_task_resubmitted_alone_runs_its_own_slice(tmp_path):
+    """``sbatch --array=2 camp.sbatch`` (re-running one cancelled task) gives the task
+    MIN=MAX=2, COUNT=1: the script's own index set, on its bias-run line, still makes it
+    slice 2 of 4, not the whole campaign as task 0 of 1."""
+    res, script = emit(tmp_path, "--sbatch-tasks", "4")
+    assert res.exit_code == 0, res.output
+    run = script.read_text().splitlines()[-1].split()[1:]
+    assert run[-2:] == ["--array-indices", "0-3"]
+    out = CliRunner().invoke(bias_run, [*run, "--dry-run"], env=slurm_env(2, 2, 2, 1, 1))
+    assert out.exit_code == 0, out.output
+    assert "plan: 16 realizations; array task 2 of 4 takes 4" in out.output
 
 
 @pytest.mark.parametrize(

@@ -179,8 +179,10 @@ def _body(opts: SbatchOptions) -> list[str]:
 def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str = "") -> str:
     """The array job: ``#SBATCH`` lines, setup lines, then ``bias-run <run_args>``.
 
-    Each task finds its slice from SLURM's environment; for an index set that is
-    not a range, ``--array-indices`` is appended so that every task knows its place.
+    Each task finds its slice from its ``SLURM_ARRAY_TASK_ID`` in the script's index
+    set, which is appended as ``--array-indices`` (whatever ``--array`` the script is
+    re-submitted with, e.g. ``sbatch --array=3,7`` to re-run two tasks, each runs its
+    own slice of the campaign's split).
     """
     res = [f"--array={opts.array_spec()}"]
     res += [f"--time={opts.time}"] if opts.time else []
@@ -191,10 +193,11 @@ def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str 
     if comment:
         lines += ["", *(f"# {c}" if c else "#" for c in comment.splitlines())]
     lines += ["", *_body(opts)]
-    args = list(run_args)
-    idx = opts.indices
-    if idx is not None and opts.array_spec().split("%")[0] == ",".join(map(str, idx)):
-        args += ["--array-indices", ",".join(map(str, idx))]
+    # the script's index set, always: SLURM describes only the array a task was submitted
+    # with, so a task re-submitted alone (``sbatch --array=5 camp.sbatch``, the usual way to
+    # re-run a cancelled or failed task) would otherwise see MIN=MAX=5, COUNT=1 and run the
+    # whole plan as "task 0 of 1" instead of its own slice
+    args = [*run_args, "--array-indices", opts.array_spec().split("%")[0]]
     lines.append("bias-run " + " ".join(shlex.quote(a) for a in args))
     return "\n".join(lines) + "\n"
 

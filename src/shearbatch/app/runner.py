@@ -26,10 +26,14 @@ COMMANDS_FILE = "commands.txt"
 
 
 class Claimed(NamedTuple):
-    """This task's realizations to compute once claimed, and how many another process holds."""
+    """This task's realizations to compute once claimed, how many another process holds
+    (``held``: their run ids), and those claimed but found completed by another process
+    since the plan."""
 
     todo: list[Any]
     skipped: int
+    released_done: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
 
 
 class Outcome(NamedTuple):
@@ -153,7 +157,7 @@ def write_manifest(plan: Plan) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def claimed(plan: Plan) -> Iterator[Claimed]:
+def claimed(plan: Plan, quiet: bool = False) -> Iterator[Claimed]:
     """This task's realizations to compute, claimed (see :mod:`shearbatch.io.claims`): those
     another process holds are skipped with a warning naming the overlap, and those completed
     by another process since the plan are not redone."""
@@ -165,7 +169,7 @@ def claimed(plan: Plan) -> Iterator[Claimed]:
     except OSError as err:
         raise PlanError(f"--output-dir: cannot write {root}: {err.strerror}") from None
     with stack:
-        if cl.others:
+        if cl.others and not quiet:
             pids = sorted({p for p in cl.others.values() if p})
             ids = sorted(cl.others)
             logger.warning("overlapping slices: %d realization(s) of this task are being "
@@ -174,32 +178,84 @@ def claimed(plan: Plan) -> Iterator[Claimed]:
                            ", ".join(ids[:3]), ", ..." if len(ids) > 3 else "")  # fmt: skip
         mine = set(cl.mine)
         todo = [r for r in plan.todo if r.run_id in mine]
+        done: tuple[str, ...] = ()
         if not plan.options.overwrite:
             now = [r for r in todo
                    if realization_status(root, r.run_id, plan.expect, r._asdict()) != "done"]  # fmt: skip
-            if len(now) < len(todo):
+            done = tuple(sorted(mine - {r.run_id for r in now}))
+            if len(now) < len(todo) and not quiet:
                 logger.info("%d realization(s) were completed by another process since the "
                             "plan; not redone", len(todo) - len(now))  # fmt: skip
             todo = now
-        yield Claimed(todo, len(cl.others))
+        yield Claimed(todo, len(cl.others), done, tuple(sorted(cl.others)))
 
 
-def run_claimed(plan: Plan, provenance: dict[str, Any], **engine_kw: Any) -> tuple[Any, int]:
+#: how long a task that found realizations claimed by another bias-run waits, once its own
+#: are done, for those claims to be released (a cancelled, requeued or timed-out task's
+#: process stops within its 5 s grace, SLURM's KillWait is 30 s by default) and computes
+#: any the holder left unfinished; a holder still alive after that is left to finish them
+CLAIM_WAIT_S = 60.0
+
+
+def run_claimed(plan: Plan, provenance: dict[str, Any], *, claim_wait: float | None = None,
+                **engine_kw: Any) -> tuple[Any, int]:  # fmt: skip
     """Claim this task's realizations and run them; ``engine_kw``:
     :func:`shearbatch.engine.run_campaign`'s progress / stop / deadline. Returns the
-    engine's report and the number skipped because another process held them."""
+    engine's report and the number skipped because another process held them.
+
+    Realizations another process held are not lost when it dies: once this task's own are
+    done, it polls their claims for up to ``claim_wait`` seconds (:data:`CLAIM_WAIT_S`),
+    takes over each one released unfinished (the holder was cancelled, requeued or hit
+    its time limit: a re-submitted task that started while the stopped one was still
+    exiting) and computes it; one completed by its holder is skipped, never redone."""
+    import dataclasses
+    import time
+
     from ..engine import BatchTooLarge, run_campaign
 
-    with claimed(plan) as cl:
+    def engine(todo: list[Any]) -> Any:
         try:
-            report = run_campaign(plan.spec, cl.todo, output_dir=plan.output_dir,
-                                  batch_size="auto" if plan.auto_batch else plan.batch_size,
-                                  overlap=plan.options.overlap, lane_chunk=plan.lane_chunk,
-                                  provenance=provenance, memory_budget=plan.options.memory_budget,
-                                  draws=plan.cfg.campaign.draws, **engine_kw)  # fmt: skip
+            return run_campaign(plan.spec, todo, output_dir=plan.output_dir,
+                                batch_size="auto" if plan.auto_batch else plan.batch_size,
+                                overlap=plan.options.overlap, lane_chunk=plan.lane_chunk,
+                                provenance=provenance, memory_budget=plan.options.memory_budget,
+                                draws=plan.cfg.campaign.draws, **engine_kw)  # fmt: skip
         except BatchTooLarge as err:
             raise PlanError(str(err)) from None
-    return report, cl.skipped
+
+    with claimed(plan) as cl:
+        report = engine(cl.todo)
+    others = [r for r in plan.todo if r.run_id in set(cl.held)]
+    wait = CLAIM_WAIT_S if claim_wait is None else claim_wait
+    stop, deadline = engine_kw.get("stop"), engine_kw.get("deadline")
+    until = time.monotonic() + wait
+    taken = 0
+    while others and report.stopped is None and wait > 0:
+        with claimed(dataclasses.replace(plan, todo=tuple(others)), quiet=True) as cl2:
+            if cl2.todo:
+                logger.info("%d realization(s) another bias-run held were released unfinished; "
+                            "computing them here", len(cl2.todo))  # fmt: skip
+                report = _merge(report, engine(cl2.todo))
+                taken += len(cl2.todo)
+            mine = {r.run_id for r in cl2.todo} | set(cl2.released_done)
+        others = [r for r in others if r.run_id not in mine]
+        if not others or time.monotonic() > until:
+            break
+        if (stop is not None and stop.is_set()) or (deadline and time.time() > deadline):
+            break
+        time.sleep(1.0)
+    if others and wait > 0:
+        logger.info("%d realization(s) still held by another bias-run after %.0f s; left to it",
+                    len(others), wait)  # fmt: skip
+    return report, cl.skipped - taken
+
+
+def _merge(a: Any, b: Any) -> Any:
+    """Two engine reports of one task as one."""
+    return a._replace(n_ok=a.n_ok + b.n_ok, n_failed=a.n_failed + b.n_failed,
+                      failed=[*a.failed, *b.failed], wall_s=a.wall_s + b.wall_s,
+                      batch_times=[*a.batch_times, *b.batch_times], stopped=b.stopped,
+                      n_written=a.n_written + b.n_written)  # fmt: skip
 
 
 def run(
