@@ -48,6 +48,7 @@ of each kind, and :func:`two_campaigns`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -448,18 +449,7 @@ class Soak:
             if "disk_full" in self.busy or self.fs is None:
                 return False
             filler = self.fs / "filler"
-            st = os.statvfs(self.fs)
-            with open(filler, "wb") as fh:
-                try:
-                    os.posix_fallocate(fh.fileno(), 0, st.f_bavail * st.f_frsize)
-                except OSError:
-                    pass
-                try:  # the last blocks, to ENOSPC
-                    while True:
-                        fh.write(b"\0" * 65536)
-                        fh.flush()
-                except OSError:
-                    pass
+            fill(filler)
             self.busy.add("disk_full")
             hold = rng.uniform(3, 10)
             self.later.append((time.perf_counter() + hold, "unfill", filler))
@@ -511,6 +501,12 @@ class Soak:
                     if not self.busy:
                         self.submit(f"queue empty, {len(self.ids) - n} missing")
                 time.sleep(0.2)
+        except BaseException:
+            active = sorted({j.split("_")[0] for j in queue(self.jobs)})
+            if active:  # nothing of this soak runs on after it
+                sh(["scancel", *active], ok=(0, 1))
+                wait_gone(active, 120)
+            raise
         finally:
             for _, what, arg in self.later:  # never leave the node drained or the disk full
                 if what == "resume":
@@ -530,6 +526,30 @@ class Soak:
                 "curve": watch.curve[:: max(1, len(watch.curve) // 400)]}  # fmt: skip
 
 
+def fill(path: Path) -> None:
+    """A file that takes every free byte of its filesystem (unbuffered: the ENOSPC comes
+    from the write that hits it, never from a later flush)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        st = os.statvfs(path.parent)
+        with contextlib.suppress(OSError):
+            os.posix_fallocate(fd, 0, max(1, st.f_bavail * st.f_frsize))
+        chunk = b"\0" * 65536
+        off = os.fstat(fd).st_size
+        while True:  # the last blocks
+            try:
+                n = os.pwrite(fd, chunk, off)
+                if n == 0:
+                    break
+                off += n
+            except OSError:
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 2]
+    finally:
+        os.close(fd)
+
+
 def mount_tmpfs(path: Path, size_mb: int) -> None:
     path.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
@@ -537,7 +557,11 @@ def mount_tmpfs(path: Path, size_mb: int) -> None:
 
 
 def umount(path: Path) -> None:
-    subprocess.run(["umount", str(path)], check=False)
+    for _ in range(30):  # tasks still stopping may hold it a few seconds
+        if subprocess.run(["umount", str(path)], check=False, capture_output=True).returncode == 0:
+            return
+        time.sleep(1)
+    subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def soak(work: Path, *, n: int = 512, tasks: int = 32, throttle: int = 2, batch: int = 4,
