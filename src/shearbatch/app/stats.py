@@ -19,10 +19,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..analysis.bias import BiasAnalysis
-from ..analysis.result import BiasResult
 from ..io.layout import BIAS_RESULTS, REPORT, SUMMARY, population_path
 from .extract import StageError
 from .inputs import (
@@ -32,6 +30,10 @@ from .inputs import (
     resolve_input,
     summary_is_fresh,
 )
+
+if TYPE_CHECKING:  # the analysis (scipy, numpyro's distributions) loads when stats run
+    from ..analysis.bias import BiasAnalysis
+    from ..analysis.result import BiasResult
 
 __all__ = [
     "StatsOptions",
@@ -200,7 +202,7 @@ def choose_requirement(given: str | None, root: Path | None, given_by: str = "--
 def stats_of_table(df: Any, requirement: str, chosen: str, **options: Any) -> BiasAnalysis:
     """:func:`shearbatch.analysis.bias.measure_bias` of a summary table (``options``: its
     keyword arguments), the result's requirement marked as ``chosen``."""
-    from ..analysis.bias import measure_bias
+    from ..analysis.bias import BiasAnalysis, measure_bias
 
     res, fits, use = measure_bias(df, requirement=requirement, **options)
     return BiasAnalysis(res.with_chosen(chosen), fits, use)
