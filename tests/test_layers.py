@@ -70,3 +70,65 @@ def test_stage_2_and_3_commands_reach_only_the_application_layer(name):
     below = sorted(m for m in mods if m.startswith("shearbatch.")
                    and not m.startswith(("shearbatch.app", "shearbatch.cli")))  # fmt: skip
     assert not below, f"cli/{name} imports {below}"
+
+
+LAYER = {"cli": 4, "app": 3, "api": 3, "analysis": 2, "engine": 2}  # the rest (core, io...): 1
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "shearbatch" or len(parts) < 2:
+        return None
+    return LAYER.get(parts[1], 1)
+
+
+def crossings(cmd, args) -> list[tuple[str, str, str]]:
+    """Run a click command under a profiler: every call from one shearbatch function into
+    another that goes back up the layers (``up``) or from the CLI past the application
+    layer (``skip``), as ``(kind, caller, callee)``."""
+    import sys
+
+    from click.testing import CliRunner
+
+    found = []
+
+    def prof(frame, event, arg):
+        if event != "call" or frame.f_back is None:
+            return
+        callee = _layer(frame.f_globals.get("__name__", ""))
+        caller = _layer(frame.f_back.f_globals.get("__name__", ""))
+        if callee is None or caller is None:
+            return
+        if callee > caller or (caller == 4 and callee <= 2):
+            found.append(("up" if callee > caller else "skip",
+                          f"{frame.f_back.f_globals['__name__']}.{frame.f_back.f_code.co_name}",
+                          f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"))  # fmt: skip
+
+    sys.setprofile(prof)
+    try:
+        res = CliRunner().invoke(cmd, [str(a) for a in args])
+    finally:
+        sys.setprofile(None)
+    assert res.exit_code in (0, 1, 3), res.output
+    return found
+
+
+def test_a_stats_run_goes_down_the_layers(tmp_path):
+    """bias-stats on a summary table, followed from the command to bias_results.json: no
+    call climbs back up (core/io/analysis into app/cli), none skips the application layer
+    (before issue 35: 6 calls from cli/stats.py into analysis, io and schema)."""
+    import numpy as np
+    import pandas as pd
+
+    from shearbatch.cli import bias_stats
+
+    rng = np.random.default_rng(0)
+    rows = [{"run_id": f"r{s}_{g1}_{g2}", "seed": s, "g1_true": g1, "g2_true": g2,
+             "g1_mean": g1 + rng.normal(0, 1e-3), "g2_mean": g2 + rng.normal(0, 1e-3),
+             "g1_std": 1e-3, "g2_std": 1e-3, "status": "ok", "passed_convergence": True}
+            for s in range(5) for g1 in (-0.02, 0.02) for g2 in (-0.02, 0.02)]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "summary.csv", index=False)
+    out = tmp_path / "stats"
+    assert crossings(bias_stats, ["--input", tmp_path / "summary.csv", "--output-dir", out,
+                                  "--no-plots", "--report", out / "report.html"]) == []  # fmt: skip
+    assert (out / "bias_results.json").is_file() and (out / "report.html").is_file()
