@@ -35,6 +35,7 @@ from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 
 LEVEL2 = "configs/level2.yaml"
+E_SIGMA = load_config(LEVEL2).inference.interim_e_sigma  # the config's interim prior width
 EDITS = {"image.n_objects": 4, "inference.shear_model": "interim",
          "inference.map_config.num_samples": 200, "campaign.rotations": 1}  # fmt: skip
 
@@ -49,7 +50,7 @@ def interim_cfg(module_tmp):
 def test_interim_image_is_the_sheared_image(interim_cfg):
     spec = run_spec(load_config(interim_cfg))
     assert spec.population is not None and spec.model.shear[0].fixed
-    assert spec.model.fields.e1.kind == "normal" and spec.model.fields.e1.args == (0.0, 0.5)
+    assert spec.model.fields.e1.kind == "normal" and spec.model.fields.e1.args == (0.0, E_SIGMA)
     rng = np.random.default_rng(0)
     m = spec.model.image.n_objects
     params = {"flux": jnp.asarray(rng.uniform(0.5, 2, m)), "hlr": jnp.asarray(rng.uniform(0.2, 0.4, m)),
@@ -104,7 +105,7 @@ def test_posterior_nc_keeps_per_galaxy_draws_and_weights(campaign):
         lw = stats["interim_log_weight"]
         assert lw.dims == ("chain", "draw", "galaxy") and np.all(np.isfinite(lw.values))
     assert attrs["shear_model"] == "interim"
-    assert json.loads(attrs["interim_prior_e1"]) == {"kind": "normal", "args": [0.0, 0.5]}
+    assert json.loads(attrs["interim_prior_e1"]) == {"kind": "normal", "args": [0.0, E_SIGMA]}
     assert json.loads(attrs["population_prior_e1"])["kind"] == "truncnormal"
     conv = json.loads((d / "convergence.json").read_text())
     assert conv["point_estimate"] == "population" and conv["shear_model"] == "interim"

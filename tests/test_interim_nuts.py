@@ -45,7 +45,7 @@ LEVEL2 = Path(__file__).resolve().parent.parent / "configs" / "level2.yaml"
 NUTS = {"inference.shear_model": "interim", "inference.method": "nuts",
         "inference.nuts_config.warmup": 150, "inference.nuts_config.samples": 200,
         "campaign.rotations": 1}  # fmt: skip
-E_SIGMA = 0.5  # the schema's default interim_e_sigma
+E_SIGMA = load_config(LEVEL2).inference.interim_e_sigma  # the config's interim prior width
 
 
 def _spec(module_tmp, name, edits):
@@ -149,7 +149,7 @@ def test_posterior_nc_and_convergence_json_per_galaxy(campaign):
         np.testing.assert_allclose(stats["interim_log_weight"].values, want, rtol=1e-12)
         div = stats["diverging"].values.sum(axis=(0, 1))
     assert attrs["shear_model"] == "interim" and attrs["inference_method"] == "nuts"
-    assert json.loads(attrs["interim_prior_e1"]) == {"kind": "normal", "args": [0.0, 0.5]}
+    assert json.loads(attrs["interim_prior_e1"]) == {"kind": "normal", "args": [0.0, E_SIGMA]}
     conv = json.loads((d / "convergence.json").read_text())
     assert conv["point_estimate"] == "population" and conv["method"] == "nuts"
     per, worst = conv["per_galaxy"], conv["galaxies"]

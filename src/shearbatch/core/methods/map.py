@@ -106,11 +106,11 @@ class MapConfig(StrictModel):
     num_samples: Count = 1000
     """[draws] Laplace draws written as the posterior (antithetic)."""
     proposal: Literal["laplace", "student_t"] | None = None
-    """``shear_model: interim`` only: the distribution of each galaxy's draws, which its importance weights (``interim_log_weight``) correct to the interim posterior. ``laplace`` (null): the Laplace Gaussian N(x*, H_j^-1). ``student_t``: a multivariate Student-t with ``proposal_dof`` degrees of freedom, the same centre and scale matrix, per galaxy (heavier tails: the weights of a galaxy whose posterior is wider than its Laplace approximation do not collapse; configs/level2.yaml uses it, docs/validation.md "The interim estimator"). Either way the written draws are proposal draws, NOT posterior draws: only the weighted draws estimate the interim posterior."""
+    """``shear_model: interim`` only: the distribution of each galaxy's draws, which its importance weights (``interim_log_weight``) correct to the interim posterior. ``laplace`` (null): the Laplace Gaussian N(x*, H_j^-1). ``student_t``: a multivariate Student-t with ``proposal_dof`` degrees of freedom and the same centre and scale matrix, per galaxy (heavier tails: a galaxy whose posterior is wider than its Laplace approximation keeps its weights). Either way the written draws are proposal draws, NOT posterior draws: only weighted do they estimate the interim posterior (t draws spread ~sqrt(nu / (nu - 2)) wider; ``convergence.json``'s ``laplace.posterior_std`` is then the weighted std). configs/level2.yaml: student_t at ``proposal_centre: target`` (docs/validation.md, "The interim draws and their weights"). Ignored by NUTS and VI (their Laplace start takes the optimiser settings only)."""
     proposal_dof: Positive | None = None
     """[degrees of freedom] ``proposal: student_t`` only: nu of the Student-t proposal (null: 5)."""
     proposal_centre: Literal["map", "target"] | None = None
-    """``shear_model: interim`` only: where the proposal sits, with the curvature there as its scale. ``map`` (null): the MAP (the mode in the physical parameters; the Laplace approximation of the joint model). ``target``: the mode of the density the importance weights target, the interim posterior in the unconstrained coordinates (the transforms' log-Jacobian included): the two differ for a galaxy whose ellipticity lies near |e| = 1, where the MAP-centred proposal sits ~2 sd off the weights' mass. ``convergence.json``'s ``mode`` and ``optimizer`` are then that fit's."""
+    """``shear_model: interim`` only: where the proposal sits, with the curvature there as its scale. ``map`` (null): the MAP (the mode in the physical parameters). ``target``: the mode of the density the importance weights target, the interim posterior in the unconstrained coordinates (the transforms' log-Jacobian included, as NUTS's and VI's Laplace starts use it): the two differ most for a galaxy near |e| = 1, whose weights' mass lies ~2 sd inside the MAP-centred proposal. ``convergence.json``'s ``mode`` and ``optimizer`` are then that fit's."""
 
     @model_validator(mode="after")
     def _lr(self) -> MapConfig:
@@ -519,7 +519,9 @@ def interim_fit(
     The galaxies are independent (no shear), so the Hessian is its per-galaxy blocks
     A_j = L_j L_j^T (:mod:`shearbatch.core.arrow` with no shared latent) and the proposal
     ``q`` factors by galaxy. The draws are ``x_j = x*_j + L_j^-T z_j`` with whitened
-    ``z_j``, per galaxy (``settings.proposal``):
+    ``z_j``, per galaxy; ``x*`` is the MAP (``proposal_centre: map``, the default) or the
+    mode of the density the weights target, ``-posterior.potential_fn`` (``target``), and
+    ``L_j`` the Cholesky factor of the Hessian there. ``settings.proposal``:
 
     - ``laplace`` (default): ``z_j = eps_j`` standard normal (the Laplace Gaussian,
       ``log q_j = -1/2 |z_j|^2 + sum log diag(L_j)``);
