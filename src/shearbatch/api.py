@@ -144,13 +144,33 @@ class Campaign:
         A Level 0 posterior width is ~1e-5: ArviZ's default ``round_to=2`` shows
         it as 0.0, so this passes ``round_to="none"``. MAP and VI draws are
         independent draws of a Gaussian stored as one chain, so only the statistics
-        are computed for them (R-hat needs chains; ArviZ would warn).
+        are computed for them (R-hat needs chains; ArviZ would warn). The draws of an
+        interim-model MAP realization are proposal draws (``inference.map_config.proposal``)
+        that only estimate the posterior weighted by ``exp(interim_log_weight) pi(e)``;
+        ``az.summary`` does not weight them, so this warns (its ``convergence.json``
+        has the weighted widths under ``laplace.posterior_std`` with a Student-t proposal).
         """
+        import warnings
+
         import arviz as az
+        import netCDF4
 
         from .io import POSTERIOR
 
-        data = az.from_netcdf(self.path(run_id) / POSTERIOR)
+        path = self.path(run_id) / POSTERIOR
+        with netCDF4.Dataset(path) as ds:
+            interim_map = (getattr(ds, "shear_model", None) == "interim"
+                           and getattr(ds, "inference_method", None) == "map")  # fmt: skip
+        if interim_map:
+            warnings.warn(
+                f"{run_id}: an interim-model MAP realization's draws are proposal draws, "
+                "summarised here unweighted; weight each galaxy's draws by "
+                "exp(interim_log_weight) pi(e) for its posterior (docs/validation.md, "
+                "'The interim draws and their weights')",
+                UserWarning,
+                stacklevel=2,
+            )
+        data = az.from_netcdf(path)
         n_chain = int(data.posterior.sizes["chain"])
         kind = "all" if n_chain > 1 else "stats"
         return az.summary(data, kind=kind, round_to="none")
