@@ -20,6 +20,10 @@ and left alone (the *clean* run, the reference), and once into a root on its own
 - ``disk_full``: the output filesystem filled to the last byte by a filler file for
   3-10 s (writes fail with ENOSPC: the task exits 4, its realization absent).
 
+Every ``disk_full`` and half the task kills (drawn per fault) wait, up to ``--aim`` seconds,
+for a task in its computing-and-writing phase (its log shows the engine started and not
+ended), the others hit any running task (most of a Level 0 task's life is its start-up:
+planning, the compile lock, loading the programs); each event records the phase it hit.
 Whenever no job of the campaign is left in the queue and realizations are missing, the
 script is re-submitted as a user would (``Re-submitting re-runs only what is missing``).
 Checked at the end:
@@ -40,7 +44,7 @@ computed twice (in batches that landed, from the task logs, beyond the plan), wa
 against the clean run. ``results/benchmarks/chaos_slurm.json`` and ``.png``::
 
     ci/start_slurm.sh
-    .venv/bin/python bench/chaos_slurm.py [--n-realizations 512] [--faults 7] [--seed 0]
+    .venv/bin/python bench/chaos_slurm.py [--n-realizations 512] [--tasks 16] [--faults 7]
 
 ``tests/test_slurm_chaos.py`` (the ``slurm`` tier) runs :func:`soak` small, one fault
 of each kind, and :func:`two_campaigns`.
@@ -302,12 +306,19 @@ def task_logs(log_dir: Path) -> dict[str, Any]:
         "found_claimed": (r"overlapping slices: (\d+) realization", int),
         "taken_over": (r"(\d+) realization\(s\) another bias-run held were released", int),
     }
-    out = dict.fromkeys(pats, 0)
+    out: dict[str, Any] = dict.fromkeys(pats, 0)
+    errors: Counter[str] = Counter()
     for log in log_dir.glob("*.out"):
         text = log.read_text(errors="replace")
         for key, (pat, conv) in pats.items():
             found = re.findall(pat, text, re.M)
             out[key] += sum(int(x) for x in found) if conv else len(found)
+        for line in re.findall(r"^(?:Error: .*|\w*Error: .*|.*WARNING shearbatch: .*)$", text,
+                               re.M):  # fmt: skip
+            line = re.sub(r"^\S+ \S+ WARNING ", "WARNING ", line)
+            line = re.sub(r"/\S+", "<path>", line)
+            errors[re.sub(r"\d+(\.\d+)?", "N", line)[:160]] += 1
+    out["messages"] = dict(errors.most_common(15))
     return out
 
 
@@ -382,13 +393,15 @@ class Soak:
 
     def __init__(self, script: Path, root: Path, fs: Path | None, run_ids: list[str],
                  faults: list[str], rng: random.Random, gap: tuple[float, float],
-                 log=print):  # fmt: skip
+                 log=print, aim_s: float = 30.0):  # fmt: skip
         self.script, self.root, self.fs, self.ids = script, root, fs, run_ids
         self.faults, self.rng, self.gap, self.log = list(faults), rng, gap, log
         self.jobs: list[str] = []
         self.events: list[dict[str, Any]] = []
         self.later: list[tuple[float, str, Any]] = []  # (time, what, arg)
         self.busy: set[str] = set()  # drain / disk_full in force
+        self.want: dict[str, dict[str, Any]] = {}  # the pending fault's wish of phase
+        self.aim_s = aim_s
         self.resubmits = Counter()
         self.t0 = time.perf_counter()
         self.node = node()
@@ -413,14 +426,42 @@ class Soak:
     def running(self) -> list[tuple[str, float]]:
         return [(t, el) for t, (st, el) in queue(self.jobs).items() if st == "RUNNING"]
 
-    def inject(self, kind: str) -> bool:
-        """Apply one fault; False when it cannot be applied now (nothing running)."""
+    def phase(self, task: str) -> str:
+        """``computing`` once the task run's engine has started (its log's last start is
+        followed by the engine's ``campaign:`` line and not yet by its end), else
+        ``starting`` (start-up, planning, the compile lock, loading programs)."""
+        jid, idx = task.rsplit("_", 1)
+        logs = list((self.root / "logs").glob(f"*_{jid}_{idx}.out"))
+        if not logs:
+            return "starting"
+        text = logs[0].read_text(errors="replace")
+        last = text.rfind("array task ")
+        tail = text[last:] if last >= 0 else ""
+        return "computing" if "campaign: " in tail and "campaign done" not in tail else "starting"
+
+    def targets(self, kind: str) -> list[tuple[str, float, str]] | None:
+        """Running tasks to hit, with their phase; the fault's wish (drawn once: every
+        disk_full and half the kills wait up to ``aim_s`` for a task that is computing and
+        writing) narrows them; None: wait and ask again."""
+        now = time.perf_counter()
+        want = self.want.setdefault(
+            kind, {"computing": kind == "disk_full" or self.rng.random() < 0.5, "since": now}
+        )
+        run = [(t, el, self.phase(t)) for t, el in self.running()]
+        busy = [x for x in run if x[2] == "computing"]
+        if want["computing"] and not busy and now - want["since"] < self.aim_s:
+            return None
+        return busy if want["computing"] and busy else run
+
+    def inject(self, kind: str) -> str:
+        """Apply one fault: ``done``; ``wait`` (nothing to hit yet: ask again soon);
+        ``skip`` (not now: another kind first)."""
         rng = self.rng
         if kind in ("scancel_task", "requeue", "time_limit"):
-            run = self.running()
+            run = self.targets(kind)
             if not run:
-                return False
-            task, elapsed = rng.choice(sorted(run))
+                return "wait"
+            task, elapsed, phase = rng.choice(sorted(run))
             if kind == "scancel_task":
                 sh(["scancel", task], ok=(0, 1))
                 idx = task.rsplit("_", 1)[1]
@@ -429,17 +470,17 @@ class Soak:
                 sh(["scontrol", "requeue", task], ok=(0, 1))
             else:
                 sh(["scontrol", "update", f"JobId={task}", "TimeLimit=1"], ok=(0, 1))
-            self.note(kind, task=task, elapsed_s=elapsed)
+            self.note(kind, task=task, elapsed_s=elapsed, phase=phase)
         elif kind == "scancel_array":
             active = sorted({j.split("_")[0] for j in queue(self.jobs)})
             if not active:
-                return False
+                return "wait"
             sh(["scancel", *active], ok=(0, 1))
             self.later.append((time.perf_counter() + rng.uniform(1, 5), "resubmit", None))
             self.note(kind, jobs=active)
         elif kind == "drain":
             if "drain" in self.busy:
-                return False
+                return "skip"
             sh(["scontrol", "update", f"NodeName={self.node}", "State=DRAIN", "Reason=chaos"])
             self.busy.add("drain")
             hold = rng.uniform(3, 10)
@@ -447,7 +488,10 @@ class Soak:
             self.note(kind, hold_s=round(hold, 1), running=len(self.running()))
         elif kind == "disk_full":
             if "disk_full" in self.busy or self.fs is None:
-                return False
+                return "skip"
+            run = self.targets(kind)
+            if run is None:
+                return "wait"
             filler = self.fs / "filler"
             fill(filler)
             self.busy.add("disk_full")
@@ -455,8 +499,9 @@ class Soak:
             self.later.append((time.perf_counter() + hold, "unfill", filler))
             free = os.statvfs(self.fs)
             self.note(kind, hold_s=round(hold, 1), free_bytes=free.f_bavail * free.f_frsize,
-                      running=len(self.running()))  # fmt: skip
-        return True
+                      running=len(run), computing=sum(x[2] == "computing" for x in run))  # fmt: skip
+        self.want.pop(kind, None)
+        return "done"
 
     def deferred(self) -> None:
         now = time.perf_counter()
@@ -488,10 +533,13 @@ class Soak:
                 self.deferred()
                 if self.faults and time.perf_counter() >= next_at:
                     kind = self.faults[0]
-                    if self.inject(kind):
+                    got = self.inject(kind)
+                    if got == "done":
                         self.faults.pop(0)
                         next_at = time.perf_counter() + self.rng.uniform(*self.gap)
-                    else:  # nothing to hit now: try another kind first, or a bit later
+                    elif got == "wait":  # nothing to hit yet: again in a moment
+                        next_at = time.perf_counter() + 0.1
+                    else:  # not now: another kind first
                         self.faults.append(self.faults.pop(0))
                         next_at = time.perf_counter() + 0.5
                 if not self.later and not queue(self.jobs):
@@ -500,7 +548,7 @@ class Soak:
                         break
                     if not self.busy:
                         self.submit(f"queue empty, {len(self.ids) - n} missing")
-                time.sleep(0.2)
+                time.sleep(0.1)
         except BaseException:
             active = sorted({j.split("_")[0] for j in queue(self.jobs)})
             if active:  # nothing of this soak runs on after it
@@ -567,7 +615,7 @@ def umount(path: Path) -> None:
 def soak(work: Path, *, n: int = 512, tasks: int = 32, throttle: int = 2, batch: int = 4,
          stamp: int = 16, faults_per_kind: int = 7, seed: int = 0,
          gap: tuple[float, float] = (2.0, 6.0), fs_mb: int = 0, timeout: float = 3600,
-         keep: bool = False, log=print) -> dict[str, Any]:  # fmt: skip
+         keep: bool = False, aim_s: float = 30.0, log=print) -> dict[str, Any]:  # fmt: skip
     """The clean run and the chaos run of one campaign under ``work``, and the checks.
     ``fs_mb``: the chaos root's tmpfs size (0: sized from the clean run)."""
     rng = random.Random(seed)
@@ -589,14 +637,15 @@ def soak(work: Path, *, n: int = 512, tasks: int = 32, throttle: int = 2, batch:
         faults = [k for k in KINDS for _ in range(faults_per_kind)]
         rng.shuffle(faults)
         log(f"chaos run: {len(faults)} faults on a {size} MB tmpfs")
-        chaos = Soak(work / "chaos.sbatch", root, fs, run_ids, faults, rng, gap, log).run(timeout)
+        chaos = Soak(work / "chaos.sbatch", root, fs, run_ids, faults, rng, gap, log,
+                     aim_s).run(timeout)  # fmt: skip
         chaos["jobcomp"] = jobcomp(chaos["jobs"])
         chaos["logs"] = task_logs(root / "logs")
         rec = {
             "campaign": {"realizations": len(run_ids), "tasks": tasks, "throttle": throttle,
                          "batch_size": batch, "stamp": stamp, "method": "map",
                          "dtype": "float64", "seed": seed, "tmpfs_mb": size,
-                         "fault_gap_s": list(gap)},
+                         "fault_gap_s": list(gap), "aim_s": aim_s},
             "clean": clean,
             "chaos": chaos,
             "compare": compare(clean_root, root, run_ids),
@@ -610,6 +659,8 @@ def soak(work: Path, *, n: int = 512, tasks: int = 32, throttle: int = 2, batch:
     finally:
         if keep and (fs / "camp").is_dir():  # the chaos root outlives its tmpfs
             shutil.copytree(fs / "camp", work / "chaos", dirs_exist_ok=True)
+        elif (fs / "camp" / "logs").is_dir():
+            shutil.copytree(fs / "camp" / "logs", work / "chaos_logs", dirs_exist_ok=True)
         umount(fs)
     rec["faults"] = dict(Counter(e["kind"] for e in chaos["events"] if e["kind"] in KINDS))
     c, left = rec["compare"], rec["leftovers"]
@@ -764,6 +815,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=int, default=7, help="faults of each of the 6 kinds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gap", type=float, nargs=2, default=(2.0, 6.0), help="s between faults")
+    ap.add_argument("--aim", type=float, default=30.0,
+                    help="s a fault may wait for a task that is computing")  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the working directory")
     args = ap.parse_args(argv)
     if why := slurm_up():
@@ -776,7 +829,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rec = soak(work, n=args.n_realizations, tasks=args.tasks, throttle=args.throttle,
                    batch=args.batch_size, stamp=args.stamp, faults_per_kind=args.faults,
-                   seed=args.seed, gap=tuple(args.gap), keep=args.keep)  # fmt: skip
+                   seed=args.seed, gap=tuple(args.gap), keep=args.keep,
+                   aim_s=args.aim)  # fmt: skip
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

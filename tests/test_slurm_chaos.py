@@ -47,7 +47,7 @@ def test_short_chaos_soak_one_fault_of_each_kind(tmp_path):
     chaos = _chaos()
     os.chmod(tmp_path, 0o755)
     rec = chaos.soak(tmp_path, n=8, tasks=4, throttle=2, batch=4, faults_per_kind=1, seed=1,
-                     gap=(3.0, 6.0), timeout=900)  # fmt: skip
+                     gap=(3.0, 6.0), aim_s=5.0, timeout=900)  # fmt: skip
     ch, cmp = rec["chaos"], rec["compare"]
     assert rec["faults"] == dict.fromkeys(chaos.KINDS, 1), ch["events"]
     assert cmp["statuses"] == {"done": 32}, cmp
