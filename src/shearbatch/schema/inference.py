@@ -41,14 +41,6 @@ class InferenceRules(_Strict):
                 f"shear_model: interim needs method {' or '.join(INTERIM)} (its draws carry "
                 f"per-galaxy population weights), got {method}"
             )
-        mc = getattr(self, "map_config", None)
-        for key, default in (("proposal", "laplace"), ("proposal_centre", "map")):
-            value = getattr(mc, key, None)
-            if value not in (None, default) and getattr(self, "shear_model", None) != "interim":
-                raise ValueError(
-                    f"map_config.{key}: {value} needs shear_model interim (its draws are "
-                    "importance-weighted; the joint model's Laplace draws are its posterior)"
-                )
         return self
 
     @field_validator("method", check_fields=False)

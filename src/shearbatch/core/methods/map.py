@@ -106,11 +106,11 @@ class MapConfig(StrictModel):
     num_samples: Count = 1000
     """[draws] Laplace draws written as the posterior (antithetic)."""
     proposal: Literal["laplace", "student_t"] | None = None
-    """``shear_model: interim`` only: the distribution of each galaxy's draws, which its importance weights (``interim_log_weight``) correct to the interim posterior. ``laplace`` (null): the Laplace Gaussian N(x*, H_j^-1). ``student_t``: a multivariate Student-t with ``proposal_dof`` degrees of freedom and the same centre and scale matrix, per galaxy (heavier tails: a galaxy whose posterior is wider than its Laplace approximation keeps its weights). Either way the written draws are proposal draws, NOT posterior draws: only weighted do they estimate the interim posterior (t draws spread ~sqrt(nu / (nu - 2)) wider; ``convergence.json``'s ``laplace.posterior_std`` is then the weighted std). configs/level2.yaml: student_t at ``proposal_centre: target`` (docs/validation.md, "The interim draws and their weights"). Ignored by NUTS and VI (their Laplace start takes the optimiser settings only)."""
+    """``shear_model: interim`` only: the distribution of each galaxy's draws, which its importance weights (``interim_log_weight``) correct to the interim posterior. ``laplace`` (null): the Laplace Gaussian N(x*, H_j^-1). ``student_t``: a multivariate Student-t with ``proposal_dof`` degrees of freedom and the same centre and scale matrix, per galaxy (heavier tails: a galaxy whose posterior is wider than its Laplace approximation keeps its weights). Either way the written draws are proposal draws, NOT posterior draws: only weighted do they estimate the interim posterior (t draws spread ~sqrt(nu / (nu - 2)) wider; ``convergence.json``'s ``laplace.posterior_std`` is then the weighted std). configs/level2.yaml: student_t at ``proposal_centre: target`` (docs/validation.md, "The interim draws and their weights"). Ignored by the joint model (its draws are always the Laplace Gaussian's at the MAP, its written posterior) and by NUTS and VI (their Laplace start takes the optimiser settings only)."""
     proposal_dof: Positive | None = None
     """[degrees of freedom] ``proposal: student_t`` only: nu of the Student-t proposal (null: 5)."""
     proposal_centre: Literal["map", "target"] | None = None
-    """``shear_model: interim`` only: where the proposal sits, with the curvature there as its scale. ``map`` (null): the MAP (the mode in the physical parameters). ``target``: the mode of the density the importance weights target, the interim posterior in the unconstrained coordinates (the transforms' log-Jacobian included, as NUTS's and VI's Laplace starts use it): the two differ most for a galaxy near |e| = 1, whose weights' mass lies ~2 sd inside the MAP-centred proposal. ``convergence.json``'s ``mode`` and ``optimizer`` are then that fit's."""
+    """``shear_model: interim`` only: where the proposal sits, with the curvature there as its scale. ``map`` (null): the MAP (the mode in the physical parameters). ``target``: the mode of the density the importance weights target, the interim posterior in the unconstrained coordinates (the transforms' log-Jacobian included, as NUTS's and VI's Laplace starts use it): the two differ most for a galaxy near |e| = 1, whose weights' mass lies ~2 sd inside the MAP-centred proposal. ``convergence.json``'s ``mode`` and ``optimizer`` are then that fit's. Ignored by the joint model."""
 
     @model_validator(mode="after")
     def _lr(self) -> MapConfig:
@@ -682,10 +682,8 @@ def method(inference) -> Method:
         e_sigma = float(inference.get("interim_e_sigma", 0.5))
         fit_fn = lambda key, obs, post: interim_fit(key, obs, post, settings, e_sigma)  # noqa: E731
         diag = functools.partial(diagnose, proposal=proposal_record(settings))
-    elif proposal_record(settings):
-        raise ValueError(
-            "inference.map_config.proposal / proposal_centre: need shear_model interim "
-            "(the joint model's Laplace draws are its written posterior, unweighted)"
-        )
+    # the joint model ignores proposal / proposal_centre: its written posterior is always
+    # the Laplace draws at the MAP (unweighted), so that `--set inference.shear_model=joint`
+    # on configs/level2.yaml runs the joint model as before
     # chunks of 4 lanes: 1.8-3.1x faster than one vmap on CPU (bench/bench_chunking.py)
     return Method("map", fit_fn, diag, batch_report, point_estimate="mode", cpu_chunk=4)
