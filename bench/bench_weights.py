@@ -6,8 +6,8 @@ realization's ``convergence.json``); runs nothing but the NumPy population fit. 
 of per-galaxy weights, each with its effective sample size as a fraction of the draws
 (``ESS = (sum w)^2 / sum w^2``; collapsed below :data:`COLLAPSE_FRAC` = 10%):
 
-- **Laplace importance weights** ``r_ik = p(d | x) pi(x) / q(x)``, correcting the MAP +
-  Laplace draws toward the interim posterior (g-independent; ``convergence.json``
+- **proposal importance weights** ``r_ik = p(d | x) pi(x) / q(x)``, correcting the MAP
+  draws (Laplace or Student-t: ``map_config.proposal``) toward the interim posterior (g-independent; ``convergence.json``
   ``importance.ess_fraction``, per galaxy, beside its ``snr``);
 - **population weights** ``w_ik(g)``, what the pooled likelihood averages (the ratio of the
   population to the interim prior times ``r_ik``; from the sidecar's draws): at each
@@ -156,7 +156,7 @@ def measure(root: Path) -> dict[str, Any]:
     }
 
 
-LABELS = {"laplace": "Laplace importance r (convergence.json)",
+LABELS = {"laplace": "proposal importance r (convergence.json)",
           "population_own": "population w(g), realization's own g",
           "population_pooled": "population w(g), pooled g"}  # fmt: skip
 
