@@ -229,6 +229,7 @@ class Lanes(NamedTuple):
         if w >= n:  # the whole batch in one call: dispatched now
             out = fn(keys, images)
             c = check(out.samples, images) if check is not None else None
+            _to_host_async((out, c))  # its copy to the host starts when it is computed
             ready = waiter.submit(_ready_at, (out, c)) if waiter is not None else None
             return InFlight(t0, (out, c), ready, None)
         return InFlight(t0, None, None, lambda: self._chunks(fn, keys, images, check))
@@ -246,6 +247,14 @@ class Lanes(NamedTuple):
         if len(parts) == 1:
             return parts[0]
         return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts)
+
+
+def _to_host_async(tree: Any) -> None:
+    """Start copying ``tree``'s device arrays to the host as soon as each is computed, so
+    that bringing them over later does not wait for the transfer."""
+    for a in jax.tree.leaves(tree):
+        if hasattr(a, "copy_to_host_async"):
+            a.copy_to_host_async()
 
 
 def _ready_at(tree: Any) -> float:
@@ -474,7 +483,7 @@ def run_campaign(
         """Simulate batch ``ib`` and dispatch its inference (not waited for)."""
         t0 = time.perf_counter()
         sim, keys = batch_inputs(spec, pad_to(batch, batch_size), simulate_fn)
-        obs = np.asarray(sim.images)
+        _to_host_async(sim.images)  # not waited for: the host needs the stamps at landing
         t1 = time.perf_counter()
         if mesh is not None and ib == 0:
             out = program(keys, sim.images)
@@ -485,13 +494,14 @@ def run_campaign(
         else:  # over several devices the draws come back sharded: checked on the host
             flight = lanes.launch(program, keys, sim.images, check if mesh is None else None,
                                   waiter)  # fmt: skip
-        return {"ib": ib, "batch": batch, "sim": sim, "obs": obs, "flight": flight,
+        return {"ib": ib, "batch": batch, "sim": sim, "flight": flight,
                 "t0": t0, "t_sim": t1 - t0}  # fmt: skip
 
     def land(job: dict[str, Any]) -> dict[str, Any]:
         """Wait for the device, bring the batch's draws to the host."""
         t = time.perf_counter()
         draws, chi2, t_infer = job["flight"].land()
+        job["obs"] = np.asarray(job["sim"].images)
         if chi2 is None:
             chi2 = np.asarray(check(draws.samples, job["sim"].images))
         job.update(draws=draws, chi2=chi2, t_infer=t_infer, t_wait=time.perf_counter() - t)
@@ -528,7 +538,8 @@ def run_campaign(
         if bar is not None:
             bar.update(len(batch))
         # wall: this batch's dispatch to its landing (the previous batch's host work ran
-        # meanwhile); inference: dispatch to the device's end; host: this batch's records and
+        # meanwhile); simulation: its dispatch (a jitted generator runs on the device, in
+        # inference); inference: dispatch to the device's end; host: this batch's records and
         # queued writes (done while the next batch ran); wait: the host idle for the device
         logger.info("batch %d/%d: %d realization(s) in %.2f s (simulation %.2f s, inference "
                     "%.2f s, host %.2f s, wait %.2f s)", ib + 1, len(batches), len(batch),
