@@ -159,11 +159,14 @@ class Campaign:
 
         path = self.path(run_id) / POSTERIOR
         with netCDF4.Dataset(path) as ds:
-            interim_map = (getattr(ds, "shear_model", None) == "interim"
-                           and getattr(ds, "inference_method", None) == "map")  # fmt: skip
-        if interim_map:
+            kind = getattr(ds, "interim_draws", None)  # "proposal" or "posterior"
+            if kind is None and getattr(ds, "shear_model", None) == "interim":  # older files
+                stats = ds.groups.get("sample_stats")
+                kind = "proposal" if stats is not None and any(
+                    k in stats.variables for k in ("laplace_log_q", "proposal_log_q")) else None  # fmt: skip
+        if kind == "proposal":
             warnings.warn(
-                f"{run_id}: an interim-model MAP realization's draws are proposal draws, "
+                f"{run_id}: this interim-model realization's draws are proposal draws, "
                 "summarised here unweighted; weight each galaxy's draws by "
                 "exp(interim_log_weight) pi(e) for its posterior (docs/validation.md, "
                 "'The interim draws and their weights')",

@@ -25,6 +25,7 @@ from .io import Record
 from .spec import RunSpec
 
 __all__ = [
+    "PROPOSAL_LOG_Q",
     "UNINFORMATIVE_WIDTH",
     "estimator_draws",
     "host_batch",
@@ -45,6 +46,10 @@ def host_batch(sim: SimBatch, images: np.ndarray | None = None) -> SimBatch:
         snr=np.asarray(sim.snr),
         params={k: np.asarray(v) for k, v in sim.params.items()},
     )
+
+
+#: the per-draw statistics of draws taken from a proposal density (not the posterior's own)
+PROPOSAL_LOG_Q = ("laplace_log_q", "proposal_log_q")
 
 
 def split_batch(draws: Any, n: int) -> Iterator[tuple[int, Any]]:
@@ -102,6 +107,10 @@ def records(
     }
     if spec.population is not None:  # the interim model: what the population fit needs
         attrs.update(interim_attrs(spec))
+        # draws from a proposal (their per-draw log q recorded) estimate the interim
+        # posterior only weighted; a sampler's draws are the interim posterior's own
+        proposal = any(k in (diag.sample_stats or {}) for k in PROPOSAL_LOG_Q)
+        attrs["interim_draws"] = "proposal" if proposal else "posterior"
         conv = conv.replace(shear_model="interim", point_estimate="population")
     return Record(
         posterior=lane.samples,
@@ -123,7 +132,7 @@ def estimator_draws(rec: Record, interim: bool) -> Record:
     keep = ("e1", "e2") if interim else SHEAR_SITES
     post = {k: np.asarray(v, np.float32) for k, v in rec.posterior.items() if k in keep}
     stats = dict(rec.sample_stats or {})
-    for name in ("laplace_log_q", "proposal_log_q"):  # the density of all latents' draws
+    for name in PROPOSAL_LOG_Q:  # the proposal density of all latents' draws
         stats.pop(name, None)
     if (lw := stats.get("interim_log_weight")) is not None:  # (chain, draw, galaxy)
         lw = np.asarray(lw, np.float64)
