@@ -69,6 +69,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU")
     ap.add_argument("--skip-l0", action="store_true")
+    ap.add_argument("--skip-stats", action="store_true", help="no extract, stats or ESS")
+    ap.add_argument("--l2-name", default="level2", help="the record's key for this campaign")
     return ap.parse_args(argv)
 
 
@@ -187,15 +189,20 @@ def main(argv: list[str] | None = None) -> int:
     l2_args = [*GRID2, "--set", "campaign.draws=estimator", "--n-realizations", str(seeds),
                "--batch-size", args.l2_batch, "--time-limit", args.l2_time_limit,
                *(SMOKE_L2 if smoke else []), *(a for kv in args.l2_set for a in ("--set", kv))]  # fmt: skip
-    l2 = campaign("level2", "level2.yaml", root, l2_args, timeout=max(30, run.left() - 120))
+    l2 = campaign(args.l2_name, "level2.yaml", root, l2_args,
+                  timeout=max(30, run.left() - (15 if args.skip_stats else 120)))  # fmt: skip
     l2["bytes_per_realization"] = bytes_per_realization(root) if root.is_dir() else None
-    res["level2"] = l2
-    print(f"[level2] {l2.get('realizations')} realizations "
+    res[args.l2_name] = l2
+    print(f"[{args.l2_name}] {l2.get('realizations')} realizations "
           f"({l2.get('exit')}): {l2.get('galaxies_per_s_post_compile')} galaxies/s post-compile, "
           f"host fraction warm {l2.get('host_fraction_warm_median')}", flush=True)  # fmt: skip
     save()
 
     # 3. extract and stats
+    if args.skip_stats:
+        res["total_s"] = time.perf_counter() - run.t0
+        save()
+        return 0
     csv_path, stats_dir = root / "summary.csv", tmp / "stats"
     r = run.run("extract", _shearbatch("extract", "--input-dir", str(root), "--output",
                                        str(csv_path), "--no-progress"),
