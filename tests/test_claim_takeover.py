@@ -49,3 +49,21 @@ def test_claims_released_unfinished_are_taken_over(tmp_path):
     assert "wrote 4 ok" in out.stdout and "skipped" not in out.stdout, out.stdout
     assert len(list(root.glob("g1_*/convergence.json"))) == 4
     assert time.perf_counter() - t0 < 120
+
+
+def test_an_unwritable_commands_file_is_one_line_and_exit_4(tmp_path):
+    """A task that starts while the disk is full fails on its first write, the append to
+    commands.txt: one line and exit 4 (an output could not be written), as for a
+    realization, not a traceback and exit 1 (found by the chaos soak's full disk)."""
+    cfg = write_config(tmp_path / "small.yaml", {"image.size_x": 16, "image.size_y": 16})
+    root = tmp_path / "camp"
+    (root / "commands.txt").mkdir(parents=True)  # open(..., "a") fails as on ENOSPC
+    out = subprocess.run(
+        [str(BIN / "bias-run"), "--config", str(cfg), "--shear-grid", "0.01",
+         "--n-realizations", "1", "--batch-size", "1", "--output-dir", str(root),
+         "--no-progress"],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 4, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "Error: cannot write" in out.stderr and "commands.txt" in out.stderr, out.stderr

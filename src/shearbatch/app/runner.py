@@ -60,9 +60,14 @@ def resume_hint(plan: Plan) -> str:
 
 def record_command(plan: Plan, args: Sequence[str]) -> None:
     """Append this bias-run command line ``args`` (time, array task, config hash) to the
-    output root's commands.txt, which bias-stats --report quotes as provenance."""
+    output root's commands.txt, which bias-stats --report quotes as provenance. Raises
+    :class:`~shearbatch.io.WriteError` (one line: bias-run exits 4) when it cannot be
+    written, e.g. a full disk (was a traceback and exit 1, found by bench/chaos_slurm.py:
+    an array task starting while the disk was full)."""
     import shlex
     from datetime import UTC, datetime
+
+    from ..io import WriteError
 
     out = plan.output_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -70,8 +75,11 @@ def record_command(plan: Plan, args: Sequence[str]) -> None:
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     line = (f"{stamp} task {tid}/{tcount} config_hash {plan.spec.config_hash}: "
             f"{shlex.join(args)}\n")  # fmt: skip
-    with open(out / COMMANDS_FILE, "a") as fh:  # one short append per process
-        fh.write(line)
+    try:
+        with open(out / COMMANDS_FILE, "a") as fh:  # one short append per process
+            fh.write(line)
+    except OSError as err:
+        raise WriteError(f"cannot write {out / COMMANDS_FILE}: {err.strerror}") from None
 
 
 def compile_first(plan: Plan, cache: str) -> None:
