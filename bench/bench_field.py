@@ -16,8 +16,9 @@ realizations/s end to end). Both come from the same three CLI stages, timed here
    sample of the realizations' convergence.json).
 
 Writes into ``--out`` (the device tool's $OUT: at most 8 files come back): field.json (the
-record), field.log (every stage's output), bias_results.json, summary_compact.csv.gz (one
-row per realization: truth, estimate, flags), and the stats' bias plot(s). Figures are
+record) and field.png (each campaign's batches: wall, device and host time), field.log
+(every stage's output), bias_results.json, summary_compact.csv.gz (one row per
+realization: truth, estimate, flags), and the stats' residuals and coverage plots. Figures are
 printed as they come. ``--cpu-smoke``: tiny sizes on the CPU, to try the script.
 
     python bench/bench_field.py --out $OUT --l2-seeds 5000 --l2-time-limit 240
@@ -151,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         res["git"] = {"commit": sha, "modified": None, "source": "$SHEARBATCH_GIT_COMMIT"}
     smoke = args.cpu_smoke
 
-    def save() -> None:
+    def save(final: bool = False) -> None:
         (args.out / "field.json").write_text(json.dumps(res, indent=1, default=str))
         (args.out / "field.log").write_text("".join(run.logs))
+        if final:  # the figure (bench/_harness.py replot redraws it from the JSON)
+            h.write_png(json.loads((args.out / "field.json").read_text()),
+                        args.out / "field.json", draw)  # fmt: skip
 
     def campaign(name: str, config: str, root: Path, extra: list[str], timeout: float):
         cmd = _shearbatch("run", "--config", str(h.ROOT / "configs" / config), *extra,
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     # 3. extract and stats
     if args.skip_stats:
         res["total_s"] = time.perf_counter() - run.t0
-        save()
+        save(final=True)
         return 0
     csv_path, stats_dir = root / "summary.csv", tmp / "stats"
     r = run.run("extract", _shearbatch("extract", "--input-dir", str(root), "--output",
@@ -232,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         res["ess"] = ess_figures(root, 1 if smoke else args.sample_every)
         print(f"[ess] {json.dumps({k: v for k, v in res['ess'].items() if k != 'by_snr'})}")
     res["total_s"] = time.perf_counter() - run.t0
-    save()
+    save(final=True)
     if args.root is None:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
@@ -240,3 +244,26 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def draw(fig: Any, res: dict[str, Any]) -> None:
+    """Per campaign of the record: each batch's wall, the device's time (inference) and the
+    host's (records and queued writes, overlapped with the next batch), in seconds."""
+    names = [k for k in res if isinstance(res[k], dict) and res[k].get("batches")]
+    axes = fig.subplots(1, max(1, len(names)), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=False):
+        b = res[name]["batches"]
+        x = [r["index"] for r in b]
+        for key, label in (("wall_s", "batch wall"), ("inference", "device (inference)"),
+                           ("host", "host: records + queued writes")):  # fmt: skip
+            ax.plot(x, [r.get(key) for r in b], "o-", label=label)
+        c = res[name]
+        ax.set_yscale("log")
+        ax.set_xlabel("batch")
+        ax.set_ylabel("s")
+        ax.set_title(f"{name}: {c.get('realizations')} realizations, {c.get('batch_lanes')} "
+                     f"lanes per batch\nafter batch 1: "
+                     f"{c.get('realizations_per_s_after_batch_1') or 0:.0f} realizations/s; "
+                     f"warm host fraction {c.get('host_fraction_warm_median') or 0:.2f}",
+                     fontsize=9)  # fmt: skip
+        ax.legend(fontsize=8)
