@@ -152,9 +152,13 @@ def test_repeated_ctrl_c_during_writes_never_hangs(tmp_path, tiny_cfg, reference
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         rc, log = finish(p, timeout=60)  # the old writer hung here for > 10 minutes
-        assert rc == 130, log
         assert time.monotonic() - t0 < 15
-        assert "re-run the same command to resume" in log and "Traceback" not in log
+        assert "Traceback" not in log
+        if rc == 0:  # the Ctrl-C came while the last batch was in flight: it completed
+            assert n_done(out) == N, log
+            break
+        assert rc == 130, log
+        assert "re-run the same command to resume" in log
     rc, log = run(args(tiny_cfg, out), tmp_path / "final.log")
     assert rc == 0, log
     assert_same_results(out, reference)

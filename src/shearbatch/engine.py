@@ -218,20 +218,21 @@ class Lanes(NamedTuple):
         check: Callable[..., Any] | None = None, waiter: Any = None,
     ) -> InFlight:  # fmt: skip
         """The batch dispatched to the device, not waited for: :meth:`InFlight.land` brings
-        its draws (and checks) to the host. A batch that runs in one call of the program
-        returns at once (JAX dispatches asynchronously), so the host can write the previous
-        batch while the device runs this one; ``waiter`` (an executor of one thread) then
-        stamps the moment the device is done, for the log's inference time. A batch in lane
-        chunks runs chunk by chunk, each copied to the host as it ends (its memory bound),
-        when it lands."""
+        its draws (and checks) to the host. A batch that runs in one call of the program is
+        called on ``waiter`` (an executor of one thread), so the host can write the previous
+        batch while the device runs this one: a program with loops (a MAP fit, NUTS) blocks
+        its caller until it ends on a GPU, whose while loops read their condition on the
+        host; the thread also stamps the moment the device is done, for the log's inference
+        time. Without ``waiter`` it is called here. A batch in lane chunks runs chunk by
+        chunk, each copied to the host as it ends (its memory bound), when it lands."""
         fn = self.compiled if self.compiled is not None else program
         n, w, t0 = keys.shape[0], self.width, time.perf_counter()
-        if w >= n:  # the whole batch in one call: dispatched now
+        if w >= n:  # the whole batch in one call
+            if waiter is not None:
+                return InFlight(t0, None, waiter.submit(_run_to_end, fn, keys, images, check), None)
             out = fn(keys, images)
             c = check(out.samples, images) if check is not None else None
-            _to_host_async((out, c))  # its copy to the host starts when it is computed
-            ready = waiter.submit(_ready_at, (out, c)) if waiter is not None else None
-            return InFlight(t0, (out, c), ready, None)
+            return InFlight(t0, (out, c), None, None)
         return InFlight(t0, None, None, lambda: self._chunks(fn, keys, images, check))
 
     def _chunks(self, fn, keys, images, check) -> tuple[Any, np.ndarray | None]:
@@ -257,18 +258,24 @@ def _to_host_async(tree: Any) -> None:
             a.copy_to_host_async()
 
 
-def _ready_at(tree: Any) -> float:
-    """When every array of ``tree`` is computed (``perf_counter``; waits without the GIL)."""
-    jax.block_until_ready(tree)
-    return time.perf_counter()
+def _run_to_end(fn: Callable[..., Any], keys: jax.Array, images: jax.Array,
+                check: Callable[..., Any] | None) -> tuple[Any, float]:  # fmt: skip
+    """``((draws, checks), t_end)``: the program and its checks run (the copy to the host
+    started as they end), and when the device was done (``perf_counter``; JAX waits
+    without the GIL)."""
+    out = fn(keys, images)
+    c = check(out.samples, images) if check is not None else None
+    _to_host_async((out, c))
+    jax.block_until_ready((out, c))
+    return (out, c), time.perf_counter()
 
 
 class InFlight(NamedTuple):
     """A batch dispatched by :meth:`Lanes.launch`."""
 
     t_launch: float
-    out: Any  # (draws, checks) on the device, or None (lane chunks: run when landing)
-    ready: Any  # a future of the time the device finished, or None
+    out: Any  # (draws, checks) on the device, or None (on the waiter, or lane chunks)
+    running: Any  # the waiter's future of (out, t_end), or None
     run_chunks: Callable[[], Any] | None
 
     def land(self) -> tuple[Any, np.ndarray | None, float]:
@@ -277,8 +284,12 @@ class InFlight(NamedTuple):
         if self.run_chunks is not None:
             draws, c = self.run_chunks()
             return draws, c, time.perf_counter() - self.t_launch
-        draws, c = jax.tree.map(np.asarray, self.out)
-        t_end = self.ready.result() if self.ready is not None else time.perf_counter()
+        if self.running is not None:
+            out, t_end = self.running.result()
+        else:
+            out, t_end = self.out, None
+        draws, c = jax.tree.map(np.asarray, out)
+        t_end = time.perf_counter() if t_end is None else t_end
         return draws, c, t_end - self.t_launch
 
 
