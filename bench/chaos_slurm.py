@@ -537,17 +537,19 @@ class Soak:
                     if got == "done":
                         self.faults.pop(0)
                         next_at = time.perf_counter() + self.rng.uniform(*self.gap)
-                    elif got == "wait":  # nothing to hit yet: again in a moment
-                        next_at = time.perf_counter() + 0.1
-                    else:  # not now: another kind first
+                    else:  # nothing to hit now: another kind first (a requeued task may
+                        # wait 2 minutes for its begin time, with nothing else running)
                         self.faults.append(self.faults.pop(0))
-                        next_at = time.perf_counter() + 0.5
+                        next_at = time.perf_counter() + (0.1 if got == "wait" else 0.5)
                 if not self.later and not queue(self.jobs):
                     n = len(complete(self.root))
-                    if n >= len(self.ids) and not self.busy:
+                    if n >= len(self.ids) and not self.busy and not self.faults:
                         break
-                    if not self.busy:
+                    if not self.busy and n < len(self.ids):
                         self.submit(f"queue empty, {len(self.ids) - n} missing")
+                    elif not self.busy:  # done before every fault was spent: the script
+                        # again (its tasks find their slices complete) for the rest to hit
+                        self.submit("queue empty, all complete, faults left")
                 time.sleep(0.1)
         except BaseException:
             active = sorted({j.split("_")[0] for j in queue(self.jobs)})
