@@ -17,6 +17,7 @@ from shearbatch.io import (
     POSTERIOR,
     WriteError,
     WriterPool,
+    atomic,
     clean_orphans,
     realization_status,
     write_realization,
@@ -119,7 +120,7 @@ def test_orphans_of_dead_writers_on_this_host_are_removed_and_no_others(tmp_path
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     pid_dead = int(dead.stdout)
-    host = w._host()
+    host = atomic.host_tag()
     names = {
         f".posterior.nc.{host}.{pid_dead}.0a1b2c3d.tmp": True,  # killed writer: removed
         f".truth.json.{host}.{pid_dead}.0a1b2c3e.tmp": True,

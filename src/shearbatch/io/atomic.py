@@ -20,10 +20,18 @@ import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_write", "replacing", "temporary_path", "write_bytes", "write_text"]
+__all__ = [
+    "atomic_write",
+    "host_tag",
+    "replacing",
+    "temporary_path",
+    "write_bytes",
+    "write_text",
+]
 
 
-def _host() -> str:
+def host_tag() -> str:
+    """This host's name as temporary names carry it (letters, digits and '-')."""
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 
 
@@ -32,7 +40,7 @@ def temporary_path(path: str | Path) -> Path:
     umask, as a plain ``open`` would)."""
     path = Path(path)
     while True:
-        tmp = path.with_name(f".{path.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(f".{path.name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except FileExistsError:  # pragma: no cover - 32 random bits
@@ -49,26 +57,29 @@ def _fsync(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def replacing(path: str | Path) -> Iterator[Path]:
+def replacing(path: str | Path, durable: bool = True) -> Iterator[Path]:
     """``with replacing(path) as tmp:`` write the content to ``tmp`` (a fresh file in
     ``path``'s directory); on leaving the block it is fsynced and renamed to ``path``, or
     removed when the block raised (the target is then untouched). Creates the parent
-    directory."""
+    directory. ``durable=False`` skips the fsync: the file is still whole or absent
+    whenever the process is killed, but a power loss may leave it empty (the realization
+    writer's choice: its files are checksummed, and a damaged one is redone on resume)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path)
     try:
         yield tmp
-        _fsync(tmp)
+        if durable:
+            _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object], durable: bool = True) -> Path:
     """:func:`replacing` for a writer that takes a path: ``write(tmp)``. Returns ``path``."""
-    with replacing(path) as tmp:
+    with replacing(path, durable) as tmp:
         write(tmp)
     return Path(path)
 

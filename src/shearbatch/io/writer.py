@@ -45,9 +45,7 @@ import multiprocessing
 import os
 import queue
 import re
-import secrets
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -59,7 +57,7 @@ import numpy as np
 
 from .._version import __version__
 from ..core.convergence import Convergence
-from . import integrity
+from . import atomic, integrity
 from .integrity import array_checksum
 from .layout import CONVERGENCE, FILES, POSTERIOR, TRUTH
 from .variables import VARIABLES
@@ -124,32 +122,15 @@ def to_strict_json(obj: Any) -> Any:
 # --------------------------------------------------------------------------- atomic files
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
-
-
+#: a temporary name of :func:`.atomic.temporary_path`: ``.<name>.<host>.<pid>.<hex>.tmp``
 _TMP = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
 
 
-def _tmp_path(path: Path) -> Path:
-    """A fresh temporary name next to ``path``, created empty with the user's umask."""
-    while True:
-        tmp = path.with_name(f".{path.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:  # pragma: no cover - 32 random bits
-            continue
-        return tmp
-
-
 def _atomic_write(path: Path, write) -> None:
-    tmp = _tmp_path(path)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """``write(tmp)`` then rename over ``path`` (:func:`.atomic.atomic_write`), without an
+    fsync per file: kill-safe (whole or absent), and a file a crash left damaged fails its
+    checksum (:mod:`.integrity`) and is redone on resume."""
+    atomic.atomic_write(path, write, durable=False)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -166,7 +147,7 @@ def clean_orphans(directory: str | Path) -> int:
     """Remove the temporary files in ``directory`` left by killed writers of THIS host
     (their pid is dead); returns how many. Files of other hosts or of live processes
     (a concurrent task) are left alone."""
-    n, host = 0, _host()
+    n, host = 0, atomic.host_tag()
     try:
         entries = list(os.scandir(directory))
     except (FileNotFoundError, NotADirectoryError):
