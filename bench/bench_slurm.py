@@ -47,7 +47,8 @@ GRID = ("-0.05", "-0.02", "0.02", "0.05")
 BIN = Path(sys.executable).parent
 
 
-def _config(path: Path, stamp: int) -> Path:
+def config(path: Path, stamp: int) -> Path:
+    """configs/level0.yaml with ``stamp`` x ``stamp`` stamps and a 0.3\" galaxy, at ``path``."""
     raw = yaml.safe_load((h.ROOT / "configs" / "level0.yaml").read_text())
     raw["image"].update(size_x=stamp, size_y=stamp)
     raw["gal"]["half_light_radius"] = 0.3
@@ -119,7 +120,7 @@ def run(work: Path, *, tasks: int = 4, throttle: int = 2, stamp: int = 16,
     """Emit, submit and wait for the campaign under ``work``, then the single-process run."""
     env = {k: v for k, v in os.environ.items() if k != "SHEARBATCH_CACHE_DIR"}
     env["PATH"] = f"{BIN}:/usr/sbin:{env.get('PATH', '/usr/bin:/bin')}"
-    cfg = _config(work / "tiny.yaml", stamp)
+    cfg = config(work / "tiny.yaml", stamp)
     camp = work / "camp"
     run_args = ["--config", str(cfg), "--shear-grid", *GRID, "--n-realizations",
                 str(n_realizations), "--batch-size", str(batch_size), "--x64"]  # fmt: skip

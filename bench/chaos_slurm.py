@@ -69,9 +69,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 import _harness as h
+from bench_slurm import config
+from chaos import complete
 
 BIN = Path(sys.executable).parent
 GRID = ("-0.05", "-0.02", "0.02", "0.05")
@@ -148,14 +149,6 @@ def wait_gone(job_ids: list[str], timeout: float) -> None:
 # --------------------------------------------------------------------------- the campaign
 
 
-def config(path: Path, stamp: int) -> Path:
-    raw = yaml.safe_load((h.ROOT / "configs" / "level0.yaml").read_text())
-    raw["image"].update(size_x=stamp, size_y=stamp)
-    raw["gal"]["half_light_radius"] = 0.3
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
 def emit(cfg: Path, root: Path, script: Path, *, n: int, tasks: int, throttle: int,
          batch: int, name: str = "chaos", grid=GRID) -> Path:  # fmt: skip
     """The array script of the campaign (bias-run --emit-sbatch), no stats job."""
@@ -166,17 +159,6 @@ def emit(cfg: Path, root: Path, script: Path, *, n: int, tasks: int, throttle: i
         "--sbatch-line=--job-name=" + name, "--sbatch-line=--signal=TERM@50",
         "--sbatch-line=--open-mode=append", "--no-sbatch-stats"])  # fmt: skip
     return script
-
-
-def complete(root: Path) -> dict[str, int]:
-    """run id -> convergence.json mtime (ns) of every realization directory holding one."""
-    out = {}
-    for p in root.glob("g1_*/convergence.json"):
-        try:
-            out[p.parent.name] = p.stat().st_mtime_ns
-        except FileNotFoundError:
-            pass
-    return out
 
 
 def analyse(root: Path, out: Path) -> dict[str, Any]:
