@@ -20,6 +20,7 @@ from .core.checks import misfit
 from .core.convergence import Convergence
 from .core.generate import FIELDS, SimBatch
 from .core.model import SHEAR_SITES
+from .core.population_np import relative_log_weights
 from .core.priors import prior_sd, shrinkage
 from .io import Record
 from .spec import RunSpec
@@ -135,9 +136,7 @@ def estimator_draws(rec: Record, interim: bool) -> Record:
     for name in PROPOSAL_LOG_Q:  # the proposal density of all latents' draws
         stats.pop(name, None)
     if (lw := stats.get("interim_log_weight")) is not None:  # (chain, draw, galaxy)
-        lw = np.asarray(lw, np.float64)
-        top = np.max(np.where(np.isfinite(lw), lw, -np.inf), axis=(0, 1), keepdims=True)
-        stats["interim_log_weight"] = (lw - np.where(np.isfinite(top), top, 0.0)).astype(np.float32)
+        stats["interim_log_weight"] = relative_log_weights(lw, axis=(0, 1))
     return rec._replace(posterior=post, sample_stats=stats)
 
 

@@ -222,10 +222,10 @@ def compact_draws(d: Mapping[str, Any]) -> dict[str, Any]:
     and ``log_base`` as float32 less each galaxy's maximum (a per-galaxy constant does not
     move the fit), the rows :func:`write_population` writes (half the bytes of the float64
     draws). Idempotent: compact draws come back unchanged."""
-    lb = np.asarray(d["log_base"], np.float64)
-    mx = np.max(np.where(np.isfinite(lb), lb, -np.inf), axis=1, keepdims=True)
+    from ..core.population_np import relative_log_weights
+
     return {"eps": np.asarray(d["eps"], np.float32),
-            "log_base": (lb - np.where(np.isfinite(mx), mx, 0.0)).astype(np.float32),
+            "log_base": relative_log_weights(d["log_base"], axis=1),
             "population": d["population"]}  # fmt: skip
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "evaluate",
     "fit",
     "fit_status",
+    "relative_log_weights",
 ]
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,16 @@ class _Component(NamedTuple):
     kind: str  # "normal", "uniform" or "flat"
     a: float
     b: float
+
+
+def relative_log_weights(log_base: Any, axis: Any) -> np.ndarray:
+    """``log_base`` (float64) less each galaxy's largest finite value over ``axis`` (its
+    draws), as float32: a per-galaxy constant does not move the population fit, and the
+    weights keep their float32 precision whatever their scale (a galaxy without a finite
+    weight is left as it is)."""
+    lb = np.asarray(log_base, np.float64)
+    top = np.max(np.where(np.isfinite(lb), lb, -np.inf), axis=axis, keepdims=True)
+    return (lb - np.where(np.isfinite(top), top, 0.0)).astype(np.float32)
 
 
 def _component(p: Any) -> _Component:
