@@ -518,9 +518,10 @@ def run_campaign(
         job.update(draws=draws, chi2=chi2, t_infer=t_infer, t_wait=time.perf_counter() - t)
         return job
 
-    def finish(job: dict[str, Any], t_host: float) -> None:
+    def finish(job: dict[str, Any]) -> None:
         """Batch ``job``'s records, statistics and writes (queued to the sink), on the host
         while the device runs the next batch."""
+        t_host = time.perf_counter()
         ib, batch, draws, chi2, obs = (job[k] for k in ("ib", "batch", "draws", "chi2", "obs"))
         t_infer = job["t_infer"]
         report = {"index": ib, "size": batch_size, "n_real": len(batch)}
@@ -576,13 +577,13 @@ def run_campaign(
             sink.check()
             job = launch(ib, batch)
             if landed is not None:
-                finish(landed, time.perf_counter())
+                finish(landed)
             job = land(job)
             job["wall"] = time.perf_counter() - job["t0"] + (t_plan if not times else 0.0)
             times.append(job["wall"])
             landed = job
         if landed is not None:
-            finish(landed, time.perf_counter())
+            finish(landed)
             landed = None
     except BaseException:
         sink.close(abandon=True)
