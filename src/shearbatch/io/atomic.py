@@ -13,6 +13,7 @@ callback; :func:`write_text` and :func:`write_bytes` cover the rest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -23,6 +24,8 @@ from pathlib import Path
 __all__ = [
     "atomic_write",
     "host_tag",
+    "put_bytes",
+    "put_with",
     "replacing",
     "temporary_path",
     "write_bytes",
@@ -30,25 +33,36 @@ __all__ = [
 ]
 
 
+@functools.cache
 def host_tag() -> str:
-    """This host's name as temporary names carry it (letters, digits and '-')."""
+    """This host's name as temporary names carry it (letters, digits and '-'); looked up
+    once per process (every realization's three files name it)."""
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def _create_temporary(path: str) -> tuple[str, int]:
+    """A fresh temporary name next to ``path``, created (mode 0666 less the user's umask,
+    as a plain ``open`` would), and its file descriptor, open for writing. Plain strings:
+    the realization writer calls this three times per realization."""
+    head, name = os.path.split(path)
+    prefix = os.path.join(head, f".{name}.{host_tag()}.{os.getpid()}.")
+    while True:
+        tmp = f"{prefix}{secrets.token_hex(4)}.tmp"
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:  # pragma: no cover - 32 random bits
+            continue
 
 
 def temporary_path(path: str | Path) -> Path:
     """A fresh temporary name next to ``path``, created empty (mode 0666 less the user's
     umask, as a plain ``open`` would)."""
-    path = Path(path)
-    while True:
-        tmp = path.with_name(f".{path.name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:  # pragma: no cover - 32 random bits
-            continue
-        return tmp
+    tmp, fd = _create_temporary(os.fspath(path))
+    os.close(fd)
+    return Path(tmp)
 
 
-def _fsync(path: Path) -> None:
+def _fsync(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -56,30 +70,41 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 @contextlib.contextmanager
-def replacing(path: str | Path, durable: bool = True) -> Iterator[Path]:
+def replacing(path: str | Path, durable: bool = True, parent: bool = True) -> Iterator[Path]:
     """``with replacing(path) as tmp:`` write the content to ``tmp`` (a fresh file in
     ``path``'s directory); on leaving the block it is fsynced and renamed to ``path``, or
     removed when the block raised (the target is then untouched). Creates the parent
-    directory. ``durable=False`` skips the fsync: the file is still whole or absent
-    whenever the process is killed, but a power loss may leave it empty (the realization
-    writer's choice: its files are checksummed, and a damaged one is redone on resume)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_path(path)
+    directory (``parent=False``: the caller knows it exists). ``durable=False`` skips the
+    fsync: the file is still whole or absent whenever the process is killed, but a power
+    loss may leave it empty (the realization writer's choice: its files are checksummed,
+    and a damaged one is redone on resume)."""
+    path = os.fspath(path)
+    if parent:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp, fd = _create_temporary(path)
+    os.close(fd)
     try:
-        yield tmp
+        yield Path(tmp)
         if durable:
             _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _unlink(tmp)
         raise
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], object], durable: bool = True) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object], durable: bool = True,
+                 parent: bool = True) -> Path:  # fmt: skip
     """:func:`replacing` for a writer that takes a path: ``write(tmp)``. Returns ``path``."""
-    with replacing(path, durable) as tmp:
+    with replacing(path, durable, parent) as tmp:
         write(tmp)
     return Path(path)
 
@@ -89,8 +114,49 @@ def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     return write_bytes(path, text.encode(encoding))
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """``data`` at ``path``, atomically (:func:`replacing`)."""
-    with replacing(path) as tmp:
-        tmp.write_bytes(data)
+def write_bytes(path: str | Path, data: bytes | memoryview, durable: bool = True,
+                parent: bool = True) -> Path:  # fmt: skip
+    """``data`` at ``path``, atomically (as :func:`replacing` does, through the one file
+    descriptor the temporary file was created with)."""
+    put_bytes(os.fspath(path), data, durable, parent)
     return Path(path)
+
+
+def put_with(path: str, write: Callable[[str], object], durable: bool = True,
+             parent: bool = True) -> None:  # fmt: skip
+    """:func:`atomic_write` of a ``str`` path whose ``write`` takes the temporary file's
+    name as a ``str`` (the realization writer's hot path: no :class:`~pathlib.Path` made)."""
+    if parent:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp, fd = _create_temporary(path)
+    os.close(fd)
+    try:
+        write(tmp)
+        if durable:
+            _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def put_bytes(path: str, data: bytes | memoryview, durable: bool = True,
+              parent: bool = True) -> None:  # fmt: skip
+    """:func:`write_bytes` of a ``str`` path, returning nothing (the realization writer's
+    hot path: no :class:`~pathlib.Path` made)."""
+    if parent:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp, fd = _create_temporary(path)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise

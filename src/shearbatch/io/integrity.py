@@ -100,7 +100,8 @@ def record_checksum(data: bytes, value: str) -> str | None:
 
 
 def file_checksum(path: str | Path) -> dict[str, Any]:
-    data = Path(path).read_bytes()
+    with open(path, "rb") as fh:
+        data = fh.read()
     return {"bytes": len(data), "crc32": crc(data)}
 
 

@@ -63,6 +63,7 @@ from .layout import CONVERGENCE, FILES, POSTERIOR, TRUTH
 from .variables import VARIABLES
 
 __all__ = [
+    "RawJSON",
     "Record",
     "SerialWriter",
     "Sink",
@@ -70,6 +71,7 @@ __all__ = [
     "WriterPool",
     "clean_orphans",
     "dumps_json",
+    "raw_json",
     "read_json",
     "read_posterior",
     "to_strict_json",
@@ -101,8 +103,31 @@ class WriteError(RuntimeError):
     """A realization could not be written (disk full, directory unwritable, ...): one line."""
 
 
+class RawJSON(str):
+    """Text already encoded as strict JSON (:func:`dumps_json`'s compact form), written as
+    it is when it is a top-level value of a record :func:`dumps_json` writes: what every
+    realization's record repeats (the campaign's provenance: its config, plan, versions) is
+    encoded once per campaign (:func:`raw_json`), not once per file."""
+
+    __slots__ = ()
+
+
+def raw_json(obj: Any) -> RawJSON:
+    """``obj`` encoded once as :func:`dumps_json` encodes a top-level value."""
+    return RawJSON(_ENCODE(to_strict_json(obj)))
+
+
 def to_strict_json(obj: Any) -> Any:
     """Recursively convert numpy types; NaN and +-inf become ``None``."""
+    t = type(obj)  # the plain types first: exact type checks are cheap, ABC checks are not
+    if t is str or t is int or t is bool or obj is None:
+        return obj
+    if t is float:
+        return obj if math.isfinite(obj) else None
+    if t is dict:
+        return {k if type(k) is str else str(k): to_strict_json(v) for k, v in obj.items()}
+    if t is list or t is tuple:
+        return [to_strict_json(v) for v in obj]
     if isinstance(obj, Mapping):
         return {str(k): to_strict_json(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -126,11 +151,12 @@ def to_strict_json(obj: Any) -> Any:
 _TMP = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
 
 
-def _atomic_write(path: Path, write) -> None:
-    """``write(tmp)`` then rename over ``path`` (:func:`.atomic.atomic_write`), without an
+def _atomic_write(path: str | Path, write, parent: bool = True) -> None:
+    """``write(tmp)`` (``tmp``: a ``str``) then rename over ``path`` (:func:`.atomic.put_with`), without an
     fsync per file: kill-safe (whole or absent), and a file a crash left damaged fails its
-    checksum (:mod:`.integrity`) and is redone on resume."""
-    atomic.atomic_write(path, write, durable=False)
+    checksum (:mod:`.integrity`) and is redone on resume. ``parent=False``: the directory
+    exists (not made again)."""
+    atomic.put_with(os.fspath(path), write, durable=False, parent=parent)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -167,26 +193,29 @@ def dumps_json(obj: Any) -> str:
     """Strict JSON text of ``obj`` (:func:`to_strict_json`): one top-level key per line,
     each value on its line in compact form. ``json.dumps`` with ``indent`` runs the
     pure-Python encoder; this form uses the C encoder (measured 3-4x cheaper per file)
-    and stays readable by eye and by ``json.load``."""
+    and stays readable by eye and by ``json.load``. A top-level value that is a
+    :class:`RawJSON` is written as it is."""
     obj = to_strict_json(obj)
     if not isinstance(obj, dict) or not obj:
         return json.dumps(obj, allow_nan=False) + "\n"
-    enc = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
-    items = ",\n".join(f"  {enc(k)}: {enc(v)}" for k, v in obj.items())
+    enc = _ENCODE
+    items = ",\n".join(f"  {enc(k)}: {v if type(v) is RawJSON else enc(v)}"
+                        for k, v in obj.items())  # fmt: skip
     return "{\n" + items + "\n}\n"
 
 
-def write_json(path: Path, obj: Any) -> str:
+_ENCODE = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
+
+
+def write_json(path: Path, obj: Any, parent: bool = True) -> str:
     """Write ``obj`` (:func:`dumps_json`) atomically at ``path``; returns the text written."""
-    return _write_text(path, dumps_json(obj))
+    return _write_text(path, dumps_json(obj), parent)
 
 
-def _write_text(path: Path, text: str) -> str:
-    def w(tmp: Path) -> None:
-        with open(tmp, "w") as fh:
-            fh.write(text)
-
-    _atomic_write(path, w)
+def _write_text(path: str | Path, text: str, parent: bool = True) -> str:
+    """``text`` (UTF-8) at ``path`` as :func:`_atomic_write` writes (one descriptor: the
+    temporary file's own)."""
+    atomic.put_bytes(os.fspath(path), text.encode(), durable=False, parent=parent)
     return text
 
 
@@ -202,11 +231,13 @@ def _dims(name: str, arr: np.ndarray, lead: tuple[str, ...]) -> tuple[str, ...]:
     raise ValueError(f"{name}: unexpected shape {arr.shape}")
 
 
-def _put(group, name: str, data: np.ndarray, dims: tuple[str, ...],
-         sums: dict[str, Any] | None = None) -> None:  # fmt: skip
-    """One variable encoded as xarray encodes it: floats with ``_FillValue = NaN``,
-    booleans as int8 with ``dtype: "bool"``, integers without a fill value. ``sums``: where
-    to record the checksum of the bytes written (:func:`.integrity.array_checksum`)."""
+def _define(group, name: str, data: np.ndarray, dims: tuple[str, ...],
+            sums: dict[str, Any] | None = None) -> tuple[Any, np.ndarray]:  # fmt: skip
+    """One variable defined as xarray encodes it: floats with ``_FillValue = NaN``, booleans
+    as int8 with ``dtype: "bool"``, integers without a fill value; returns ``(variable, the
+    array to put in it)`` (written by :func:`_put_all` once every variable of the file is
+    defined). ``sums``: where to record the checksum of the bytes to be written
+    (:func:`.integrity.array_checksum`)."""
     data = np.ascontiguousarray(data)
     attrs = {}
     if data.dtype == np.bool_:
@@ -217,9 +248,9 @@ def _put(group, name: str, data: np.ndarray, dims: tuple[str, ...],
     var = group.createVariable(name, data.dtype, dims, fill_value=fill)
     if attrs:
         var.setncatts(attrs)
-    _put_all(var, data)
     if sums is not None:
         sums[f"{group.name}/{name}"] = array_checksum(data)
+    return var, data
 
 
 def _put_all(var, data: np.ndarray) -> None:
@@ -234,18 +265,32 @@ def _put_all(var, data: np.ndarray) -> None:
     put(data, np.zeros_like(shape), shape, np.ones_like(shape))
 
 
+def _coordinate(size: int) -> np.ndarray:
+    """``0 .. size - 1`` (int64), the values of a coordinate variable (shared, read-only)."""
+    arr = _COORDS.get(size)
+    if arr is None:
+        arr = np.arange(size, dtype=np.int64)
+        arr.flags.writeable = False
+        if len(_COORDS) < 64:
+            _COORDS[size] = arr
+    return arr
+
+
+_COORDS: dict[int, np.ndarray] = {}
+
+
 def _group(root, name: str, variables: Mapping[str, tuple[tuple[str, ...], np.ndarray]],
            coords: Mapping[str, int], group_attrs: Mapping[str, str],
-           sums: dict[str, Any] | None = None):  # fmt: skip
+           sums: dict[str, Any] | None = None) -> list[tuple[Any, np.ndarray]]:  # fmt: skip
+    """Group ``name`` with its dimensions, variables and coordinate variables defined;
+    returns the ``(variable, array)`` pairs to write once the whole file is defined."""
     g = root.createGroup(name)
     g.setncatts(dict(group_attrs))
     for dim, size in {**coords, **_dim_sizes(variables)}.items():  # an empty group keeps its
         g.createDimension(dim, size)  # coordinates (a method without sample stats)
-    for k, (dims, arr) in variables.items():
-        _put(g, k, arr, dims, sums)
-    for dim, size in coords.items():
-        _put(g, dim, np.arange(size), (dim,))
-    return g
+    puts = [_define(g, k, arr, dims, sums) for k, (dims, arr) in variables.items()]
+    puts += [_define(g, dim, _coordinate(size), (dim,)) for dim, size in coords.items()]
+    return puts
 
 
 def _dim_sizes(variables) -> dict[str, int]:
@@ -286,13 +331,20 @@ def write_posterior_nc(
         ds.set_fill_off()  # every variable is written in full: no fill pass first
         ds.set_auto_maskandscale(False)
         ds.setncatts({k: int(v) if isinstance(v, bool) else v for k, v in root_attrs.items()})
-        _group(ds, "posterior", post, post_coords, group_attrs, sums)
+        # every group, dimension, variable and attribute is defined before any data is
+        # written: netCDF-4 writes the file's metadata each time it leaves define mode, so a
+        # variable written as soon as it is defined rewrites the metadata of all before it
+        # (measured: 0.9 ms per Level 0 file this way, 2.8 ms the other)
+        puts = _group(ds, "posterior", post, post_coords, group_attrs, sums)
         stat_coords = {"chain": n_chain, "draw": n_draw}
         if (n_gal := _dim_sizes(stats).get("galaxy")) is not None:  # per-galaxy statistics
             stat_coords["galaxy"] = n_gal  # (the interim model's importance weights)
-        _group(ds, "sample_stats", stats, stat_coords, group_attrs, sums)
+        puts += _group(ds, "sample_stats", stats, stat_coords, group_attrs, sums)
         obs_vars = {"obs": (("galaxy", "y", "x"), obs)}
-        _group(ds, "observed_data", obs_vars, {"galaxy": obs.shape[0]}, group_attrs, sums)
+        puts += _group(ds, "observed_data", obs_vars, {"galaxy": obs.shape[0]}, group_attrs,
+                       sums)  # fmt: skip
+        for var, data in puts:
+            _put_all(var, data)
     return sums
 
 
@@ -313,34 +365,42 @@ def write_realization(
     On failure the files this call wrote are removed (the realization is absent or,
     if its directory held other files, incomplete) and the error propagates.
     """
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / CONVERGENCE).unlink(missing_ok=True)  # a redone directory is incomplete meanwhile
+    d = os.fspath(directory)  # plain strings: pathlib costs ~5 us an operation
+    os.makedirs(d, exist_ok=True)
+    truth_path, nc_path, conv_path = (os.path.join(d, n) for n in (TRUTH, POSTERIOR, CONVERGENCE))
+    _unlink(conv_path)  # a redone directory is incomplete meanwhile
     try:
-        truth_text = write_json(d / TRUTH, truth)
+        truth_text = write_json(truth_path, truth, parent=False)
         sums: dict[str, Any] = {}
 
-        def write_nc(tmp: Path) -> None:
+        def write_nc(tmp: str) -> None:
             sums["variables"] = write_posterior_nc(tmp, posterior, sample_stats, observed, attrs)
             sums["posterior"] = integrity.file_checksum(tmp)
 
-        _atomic_write(d / POSTERIOR, write_nc)
+        _atomic_write(nc_path, write_nc, parent=False)
         if isinstance(convergence, Convergence):
             conv = convergence.to_json()
             conv.pop(integrity.KEY, None)  # last, with its own checksum last (integrity.seal)
             conv[integrity.KEY] = integrity.checksums(truth_text=truth_text, **sums)
-            _write_text(d / CONVERGENCE, integrity.seal(dumps_json(conv)))
+            _write_text(conv_path, integrity.seal(dumps_json(conv)), parent=False)
         else:
-            write_json(d / CONVERGENCE, convergence)
+            write_json(conv_path, convergence, parent=False)
     except BaseException:
-        for name in (CONVERGENCE, POSTERIOR, TRUTH):
-            (d / name).unlink(missing_ok=True)
+        for name in (conv_path, nc_path, truth_path):
+            _unlink(name)
         try:
-            d.rmdir()  # only if nothing else is in it
+            os.rmdir(d)  # only if nothing else is in it
         except OSError:
             pass
         raise
-    return d
+    return Path(d)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def write_record(directory: str | Path, record: Record | Mapping[str, Any]) -> Path:
