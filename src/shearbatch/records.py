@@ -7,8 +7,8 @@ the :class:`~shearbatch.io.Record` the writer writes (:mod:`shearbatch.engine` c
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -28,6 +28,9 @@ from .spec import RunSpec
 __all__ = [
     "PROPOSAL_LOG_Q",
     "UNINFORMATIVE_WIDTH",
+    "BatchStats",
+    "batch_records",
+    "batch_stats",
     "estimator_draws",
     "host_batch",
     "interim_attrs",
@@ -55,34 +58,82 @@ PROPOSAL_LOG_Q = ("laplace_log_q", "proposal_log_q")
 
 def split_batch(draws: Any, n: int) -> Iterator[tuple[int, Any]]:
     """``(lane, its draws)`` for the first ``n`` lanes of a batch's host draws (the padding
-    lanes after them are never written)."""
+    lanes after them are never written). The tree is flattened once per batch."""
+    leaves, tree = jax.tree.flatten(draws)
     for b in range(n):
-        yield b, jax.tree.map(lambda a, b=b: a[b], draws)
+        yield b, tree.unflatten([a[b] for a in leaves])
+
+
+class BatchStats(NamedTuple):
+    """The per-realization statistics of a whole batch, computed once over its arrays
+    (:func:`batch_stats`; numpy over the batch, not one call per realization)."""
+
+    #: free shear site -> each lane's posterior sd over all its draws, shape (lanes,)
+    sd: dict[str, np.ndarray]
+    #: each lane's stamps all finite, shape (lanes,)
+    finite_obs: np.ndarray
+    #: site -> each lane's draws all finite, shape (lanes,)
+    finite_draws: dict[str, np.ndarray]
+
+
+def batch_stats(spec: RunSpec, samples: Any, obs: np.ndarray) -> BatchStats:
+    """:class:`BatchStats` of a batch's host ``samples`` (site -> (lanes, chain, draw,
+    ...)) and stamps ``obs`` (lanes, ...). A lane's sd is ``np.std`` of its draws, as
+    :func:`prior_influence` takes it of one realization's."""
+    n = obs.shape[0]
+    sd = {site: np.std(np.reshape(samples[site], (n, -1)), axis=1)
+          for site, p in zip(SHEAR_SITES, spec.model.shear, strict=True)
+          if site in samples and not p.fixed}  # fmt: skip
+    finite_obs = np.isfinite(np.reshape(obs, (n, -1))).all(axis=1)
+    finite = {k: np.isfinite(np.reshape(v, (n, -1))).all(axis=1) for k, v in samples.items()}
+    return BatchStats(sd, finite_obs, finite)
+
+
+def _common_flags(stats: BatchStats, b: int) -> tuple[int, dict[str, str]]:
+    """:func:`shearbatch.core.flags.common_flags` of lane ``b`` from its batch's stats."""
+    out, details = 0, {}
+    if not stats.finite_obs[b]:
+        out |= fl.flag("NONFINITE_DATA")
+    bad = sorted(k for k, v in stats.finite_draws.items() if not v[b])
+    if bad:
+        out |= fl.flag("NONFINITE_DRAWS")
+        details["NONFINITE_DRAWS"] = f"non-finite posterior draws of {', '.join(bad)}"
+    return out, details
 
 
 def records(
     spec: RunSpec, method, r: Realization, lane, obs, sim: SimBatch, b: int, dtype: str,
-    chi2: float = math.nan,
+    chi2: float = math.nan, stats: BatchStats | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Record:  # fmt: skip
     """The :class:`~shearbatch.io.Record` of one realization (``obs``: its stamps): draws,
     per-draw statistics, attributes, truth and its
-    :class:`~shearbatch.core.convergence.Convergence` record."""
+    :class:`~shearbatch.core.convergence.Convergence` record. ``stats``: its batch's
+    :func:`batch_stats` (lane ``b``'s are read; computed for this realization alone
+    without); ``extra``: further :class:`~shearbatch.core.convergence.Convergence`
+    fields (the engine's batch report, runtime, provenance)."""
+    if stats is None:
+        one = {k: np.asarray(v)[None] for k, v in lane.samples.items()}
+        stats, i = batch_stats(spec, one, np.asarray(obs)[None]), 0
+    else:
+        i = b
     diag = method.diagnose(lane)
-    common, details = fl.common_flags(obs, lane.samples)
-    influence = prior_influence(spec, lane.samples)
+    common, details = _common_flags(stats, i)
+    influence = _influence(spec, {k: float(v[i]) for k, v in stats.sd.items()})
     data_flags = _data_flags(spec, chi2, obs.size, influence, details)
     gates = diag.gates
     if all(v is None for v in gates):  # a method reporting its gate statistics in its record
         gates = fl.Gates.from_json(diag.diagnostics)
     own = {k: v for k, v in diag.diagnostics.items() if k not in fl.GATE_KEYS}
     flags = common | diag.flags | fl.gate_flags(gates) | data_flags
+    interim = spec.population is not None
     conv = Convergence(
         run_id=r.run_id,
         status="failed" if flags & fl.FATAL else "ok",
         flags=flags,
         reason=fl.describe(flags, details) or None,
         method=spec.method,
-        point_estimate=method.point_estimate,
+        point_estimate="population" if interim else method.point_estimate,
         mode={k: np.asarray(v) for k, v in lane.mode.items()},
         gates=gates,
         diagnostics=own,
@@ -94,6 +145,8 @@ def records(
         snr=np.asarray(sim.snr[b]).tolist(),
         chi2_per_pixel=chi2,
         prior=influence,
+        shear_model="interim" if interim else None,
+        **(extra or {}),
     )
     attrs = {
         "inference_method": spec.method,
@@ -106,13 +159,12 @@ def records(
         "config_hash": spec.config_hash,
         "dtype": dtype,
     }
-    if spec.population is not None:  # the interim model: what the population fit needs
+    if interim:  # the interim model: what the population fit needs
         attrs.update(interim_attrs(spec))
         # draws from a proposal (their per-draw log q recorded) estimate the interim
         # posterior only weighted; a sampler's draws are the interim posterior's own
         proposal = any(k in (diag.sample_stats or {}) for k in PROPOSAL_LOG_Q)
         attrs["interim_draws"] = "proposal" if proposal else "posterior"
-        conv = conv.replace(shear_model="interim", point_estimate="population")
     return Record(
         posterior=lane.samples,
         sample_stats=diag.sample_stats,
@@ -121,6 +173,21 @@ def records(
         truth=truth_record(spec, r, sim, b),
         convergence=conv,
     )
+
+
+def batch_records(
+    spec: RunSpec, method, batch: Sequence[Realization], draws, obs: np.ndarray,
+    sim: SimBatch, dtype: str, chi2: np.ndarray, extra: Callable[[int], dict[str, Any]],
+) -> Iterator[tuple[Realization, Record]]:  # fmt: skip
+    """``(realization, its Record)`` for each realization of a landed batch (the engine's
+    host work per batch): ``draws`` and ``obs`` on the host (all lanes, padding included),
+    ``sim`` through :func:`host_batch`, ``chi2`` per lane, ``extra(lane)``: the
+    :class:`~shearbatch.core.convergence.Convergence` fields the engine adds. The
+    statistics every method shares are computed once over the batch (:func:`batch_stats`)."""
+    stats = batch_stats(spec, draws.samples, obs)
+    chi2 = np.asarray(chi2, dtype=float).tolist()
+    for (b, lane), r in zip(split_batch(draws, len(batch)), batch, strict=True):
+        yield r, records(spec, method, r, lane, obs[b], sim, b, dtype, chi2[b], stats, extra(b))
 
 
 def estimator_draws(rec: Record, interim: bool) -> Record:
@@ -187,11 +254,17 @@ def _data_flags(spec: RunSpec, chi2: float, n_pix: int, influence, details) -> i
 def prior_influence(spec: RunSpec, samples) -> dict[str, dict[str, float]]:
     """Per shear component: posterior / prior width and the prior's predicted pull of
     the estimate towards the prior mean (``shrinkage``, i.e. -m caused by the prior)."""
+    return _influence(spec, {site: float(np.std(samples[site]))
+                             for site, p in zip(SHEAR_SITES, spec.model.shear, strict=True)
+                             if site in samples and not p.fixed})  # fmt: skip
+
+
+def _influence(spec: RunSpec, sd: dict[str, float]) -> dict[str, dict[str, float]]:
+    """:func:`prior_influence` from each free shear site's posterior sd."""
     out = {}
     for site, p in zip(SHEAR_SITES, spec.model.shear, strict=True):
-        if site in samples and not p.fixed:
-            sd = float(np.std(samples[site]))
-            out[site] = {"width_ratio": sd / prior_sd(p), "shrinkage": shrinkage(p, sd)}
+        if site in sd:
+            out[site] = {"width_ratio": sd[site] / prior_sd(p), "shrinkage": shrinkage(p, sd[site])}
     return out
 
 
