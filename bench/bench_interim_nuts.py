@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     res = {
         "settings": h.settings(args),
         "provenance": info,
-        "nuts_config": spec.inference["nuts_config"],
+        "nuts_config": spec.inference.settings.model_dump(mode="json"),
         "galaxies_per_realization": m,
         "compile_s": compile_s,
         "batch_wall_s": times,

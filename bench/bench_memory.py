@@ -45,7 +45,7 @@ def program_memory(raw: dict[str, Any], lanes: int, draw_chunk: int | None) -> d
     if draw_chunk is not None:
         map_method.DRAW_CHUNK = draw_chunk
     try:
-        method = get_method(spec.method, spec.inference)
+        method = get_method(spec.inference)
         post = build_posterior(spec.model)
         program = batched(lambda key, obs: method.fit(key, obs, post))
         im = spec.model.image

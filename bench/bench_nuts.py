@@ -85,7 +85,8 @@ def joint_program(spec, b: int):
     """``(jit(fit), joint_model, split)``: ``fit(keys, obs (B, M, H, W))`` runs C NUTS chains
     on the package's model plated over B realizations. The joint latent vector is the B flat
     vectors of ``build_posterior`` end to end; ``split`` maps it onto the plated sites."""
-    settings = nuts.settings_from(spec.inference)._replace(dense_mass=False)
+    inf = spec.inference
+    settings = nuts.settings_of(inf.settings, **dict(inf.sections))._replace(dense_mass=False)
     post = build_posterior(spec.model)
     model = make_model(spec.model)
     d, c = post.x0.shape[0], settings.chains

@@ -12,6 +12,7 @@ written normally.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,8 +50,8 @@ from .core.methods import get as get_method
 from .core.posterior import build_posterior
 from .core.priors import PRIOR_PULL_MAX, campaign_pull
 from .io import WriterPool, clean_orphans
-from .io.writer import SerialWriter, Sink
-from .records import estimator_draws, host_batch, records, split_batch
+from .io.writer import SerialWriter, Sink, raw_json
+from .records import batch_records, estimator_draws, host_batch
 from .spec import RunSpec
 
 __all__ = [
@@ -97,7 +98,7 @@ def inference_program(
     without tracing it (:mod:`shearbatch.exported`)."""
     from . import exported
 
-    method = get_method(spec.method, spec.inference)
+    method = get_method(spec.inference)
 
     def build() -> Callable[[jax.Array, jax.Array], Any]:
         post = build_posterior(spec.model)
@@ -115,7 +116,7 @@ def lane_chunk_for(lane_chunk: int | str | None, spec: RunSpec) -> int | None:
     ``spec``'s method (its ``cpu_chunk``); None, 0 or ``"off"`` -> None (the whole batch
     in one ``vmap``); a number -> itself."""
     if lane_chunk == "auto":
-        return default_chunk(get_method(spec.method, spec.inference).cpu_chunk)
+        return default_chunk(get_method(spec.inference).cpu_chunk)
     if lane_chunk in (None, "off"):
         return None
     return int(lane_chunk) or None
@@ -477,6 +478,10 @@ def run_campaign(
         logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
                     width, per_device // width)  # fmt: skip
     check = chi2_program(spec.model)  # the residual at each estimate (core/checks.py)
+    # the provenance every record repeats, encoded once (io.writer.RawJSON), and the
+    # directories as plain strings (str(out_dir(...)), without a Path per realization)
+    prov = {k: raw_json(v) for k, v in (provenance or {}).items()}
+    root = str(Path(output_dir))
     dtype = str(jnp.result_type(float))
     status: dict[str, str] = {}
     times, pulls, stopped = [], {}, None
@@ -532,18 +537,19 @@ def run_campaign(
         if hint := report.pop("hint", None):
             logger.info("batch %d: %s", ib + 1, hint)
         hsim = host_batch(job["sim"], obs)  # the per-realization records index host arrays
-        for (b, lane), r in zip(split_batch(draws, len(batch)), batch, strict=True):
-            rec = records(spec, method, r, lane, obs[b], hsim, b, dtype, float(chi2[b]))
+        runtime_s = t_infer / len(batch)
+
+        def extra(b: int) -> dict[str, Any]:  # what the engine adds to each record
+            return {"batch": {**report, "lane": b}, "runtime_s": runtime_s, "provenance": prov}
+
+        for r, rec in batch_records(spec, method, batch, draws, obs, hsim, dtype, chi2, extra):
             if keep == "estimator":
                 rec = estimator_draws(rec, spec.population is not None)
-            conv = rec.convergence.replace(
-                batch={**report, "lane": b}, runtime_s=t_infer / len(batch),
-                provenance=dict(provenance or {}),
-            )  # fmt: skip
-            sink.submit(out_dir(output_dir, r), rec._replace(convergence=conv))
+            conv, d = rec.convergence, os.path.join(root, r.run_id)
+            sink.submit(d, rec)
             for site, v in conv.prior.items():
                 pulls.setdefault(site, []).append(v["shrinkage"])
-            status[str(out_dir(output_dir, r))] = conv.status
+            status[d] = conv.status
             if conv.status != "ok":
                 logger.warning("%s failed: %s", r.run_id, conv.reason)
         sink.flush()
@@ -616,8 +622,6 @@ def default_writers(cores: int | None = None) -> tuple[str, int]:
     (a GPU node: >= 4) spawned processes write in parallel, all cores but two (the
     engine's own threads), at most 16;
     on a small machine, whose cores the inference itself uses, two threads."""
-    import os
-
     if cores is None:
         try:
             cores = len(os.sched_getaffinity(0))

@@ -186,6 +186,8 @@ def _canon(x: Any) -> Any:
         return {str(k): _canon(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
     if isinstance(x, tuple) and hasattr(x, "_fields"):
         return {"__type__": type(x).__qualname__, **{f: _canon(getattr(x, f)) for f in x._fields}}
+    if hasattr(x, "model_dump") and hasattr(type(x), "model_fields"):  # a settings model
+        return {"__type__": type(x).__qualname__, **_canon(x.model_dump(mode="python"))}
     if isinstance(x, list | tuple):
         return [_canon(v) for v in x]
     if isinstance(x, float):
@@ -199,15 +201,15 @@ def code_of(fn: Callable[..., Any]) -> dict[str, str | None]:
     """What identifies ``fn``'s code in a key: its module and qualified name, and for a
     function outside ``shearbatch`` (a plugin method) the SHA-256 of its module's file
     (the package's own files are in :func:`source_hash`)."""
-    fn = getattr(fn, "__wrapped__", fn)
+    import inspect
+
+    fn = inspect.unwrap(fn)  # a wrapper (the interim model's) names what it wraps
     module = getattr(fn, "__module__", None) or ""
     out: dict[str, str | None] = {
         "function": f"{module}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
     }
     if not (module == "shearbatch" or module.startswith("shearbatch.")):
         try:
-            import inspect
-
             out["file"] = hashlib.sha256(Path(inspect.getfile(fn)).read_bytes()).hexdigest()
         except (OSError, TypeError):
             out["file"] = None

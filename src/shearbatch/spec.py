@@ -18,8 +18,10 @@ The renderer, generator, model and inference methods take these NamedTuples
   ``(bulge_fraction, bulge_hlr_ratio)``); both share the model's pixel noise.
 - :class:`PsfSpec`: ``gaussian`` (sigma) or ``moffat`` (fwhm, beta, trunc), and
   the PSF ellipticity (e1, e2).
-- :class:`RunSpec`: both problems, the inference method's name and plain
-  settings, the inference seed, the config hash and provenance.
+- :class:`RunSpec`: both problems, the inference method and its validated settings
+  (:class:`~shearbatch.core.methods.MethodSpec`: the pydantic model of its section
+  ``inference.<method>_config``, the sections its factory takes, the interim prior's
+  width), the inference seed, the config hash and provenance.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from .core.methods import MethodSpec, sections_of
 from .schema import Config, config_hash
 from .schema.distributions import Fixed, LogNormal, Normal, TruncatedNormal, Uniform
 
@@ -34,11 +37,13 @@ __all__ = [
     "GALAXY_FIELDS",
     "GalaxyFields",
     "ImageSpec",
+    "MethodSpec",
     "Prior",
     "Problem",
     "PsfSpec",
     "RunSpec",
     "interim_problem",
+    "method_spec",
     "problem",
     "run_spec",
     "truth_problem",
@@ -100,15 +105,19 @@ class Problem(NamedTuple):
 class RunSpec(NamedTuple):
     model: Problem
     truth: Problem
-    method: str
+    inference: MethodSpec  # the method and its settings, as the schema validated them
     precision: str  # "float64" | "float32"
-    inference: dict[str, Any]  # the plain ``inference`` section (method settings)
     rng_seed: int
     config_hash: str
     provenance: dict[str, Any]  # JSON-ready extras for truth.json (simulation overrides)
     #: shear_model interim: the config's own view (intrinsic-shape population prior, shear
     #: prior), while ``model`` is the interim model; None for the joint model
     population: Problem | None = None
+
+    @property
+    def method(self) -> str:
+        """The inference method's name."""
+        return self.inference.name
 
 
 def to_prior(p: Any) -> Prior:
@@ -250,8 +259,22 @@ def interim_problem(p: Problem, e_sigma: float) -> Problem:
     return p._replace(fields=fields, shear=(zero, zero))
 
 
+def method_spec(inference: Any) -> MethodSpec:
+    """The method of a validated ``inference`` section: its name, its own section
+    ``<method>_config`` (None where it has no settings model), the sections its factory
+    takes (:func:`shearbatch.core.methods.sections_of`) and, for ``shear_model: interim``,
+    the interim prior's width."""
+    name = inference.method
+    interim = inference.shear_model == "interim"
+    return MethodSpec(
+        name=name,
+        settings=getattr(inference, f"{name}_config", None),
+        sections=tuple((kw, getattr(inference, kw)) for kw in sections_of(name)),
+        interim_e_sigma=float(inference.interim_e_sigma) if interim else None,
+    )
+
+
 def run_spec(cfg: Config) -> RunSpec:
-    inf = cfg.inference.model_dump(mode="json")
     prov: dict[str, Any] = {}
     if cfg.simulation is not None:
         prov["simulation_overrides"] = cfg.simulation.model_dump(exclude_none=True)
@@ -261,9 +284,8 @@ def run_spec(cfg: Config) -> RunSpec:
     return RunSpec(
         model=model,
         truth=truth_problem(cfg),
-        method=cfg.inference.method,
+        inference=method_spec(cfg.inference),
         precision=cfg.inference.precision,
-        inference=inf,
         rng_seed=cfg.inference.rng_seed,
         config_hash=config_hash(cfg),
         provenance=prov,

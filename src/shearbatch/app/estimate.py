@@ -87,11 +87,11 @@ def _measured(plan: Plan, most: int = 8) -> DiskEstimate | None:
 def _draws(plan: Plan) -> tuple[int, int] | None:
     """(chains, draws per chain) from the method's settings (``<method>_config``: ``chains``
     x ``samples`` / ``num_samples``), None when they do not say."""
-    settings = (plan.spec.inference or {}).get(f"{plan.spec.method}_config") or {}
-    samples = settings.get("num_samples", settings.get("samples"))
+    settings = plan.spec.inference.settings
+    samples = getattr(settings, "num_samples", getattr(settings, "samples", None))
     if not isinstance(samples, int):
         return None
-    chains = settings.get("chains", settings.get("num_chains", 1))
+    chains = getattr(settings, "chains", getattr(settings, "num_chains", 1))
     return (chains if isinstance(chains, int) else 1), samples
 
 
@@ -128,7 +128,7 @@ def _from_shapes(plan: Plan) -> DiskEstimate:
             from ..core.batching import realization_keys
             from ..core.methods import get as get_method
 
-            method = get_method(spec.method, spec.inference)
+            method = get_method(spec.inference)
             key = realization_keys([0], spec.rng_seed)[0]
             obs = jax.ShapeDtypeStruct((im.n_objects, im.ny, im.nx), dtype)
             out = jax.eval_shape(lambda k, o: method.fit(k, o, post), key, obs)

@@ -2,27 +2,33 @@
 
 A method is one module and one :func:`register` call. The module defines
 
-- a factory ``factory(inference) -> Method`` (:class:`~.base.Method`), where
-  ``inference`` is the plain ``inference`` section of the config (nested dicts of
-  numbers and strings, :attr:`shearbatch.spec.RunSpec.inference`);
 - optionally its settings model, a :class:`shearbatch.settings.StrictModel` of the
-  config section ``inference.<name>_config`` (the factory reads that section of
-  ``inference`` through it: :func:`~.base.section`).
+  config section ``inference.<name>_config`` (the schema validates that section with it);
+- a factory ``factory(settings, **sections) -> Method`` (:class:`~.base.Method`), in
+  the style of BlackJAX's ``as_top_level_api``: ``settings`` is the validated section
+  (its settings model; a method without one takes no positional argument) and every
+  keyword-only parameter named ``<other>_config`` receives that registered method's
+  section (NUTS and VI: ``map_config``, the settings of their Laplace start). The
+  factory never reads ``shear_model``: a method that can fit the interim model gives its
+  per-galaxy variant (:attr:`~.base.Method.interim`) and :func:`get` wraps it
+  (:func:`~.interim.as_interim`).
 
 ``REGISTRY`` maps a method name to its :class:`Entry`. The schema's allowed
 ``inference.method`` values and its ``inference.<name>_config`` sections, the CLI's
 ``--method`` choices, the generated config reference and the engine all read this
 registry. A registered module is imported only when the method (or the schema) needs
-it.
+it. :func:`get` builds a method from its :class:`~.base.MethodSpec`
+(:attr:`shearbatch.spec.RunSpec.inference`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .base import Diagnosis, Draws, Info, Method, section
+from .base import Diagnosis, Draws, Info, Method, MethodSpec
 
 __all__ = [
     "DEFAULT",
@@ -33,10 +39,11 @@ __all__ = [
     "Entry",
     "Info",
     "Method",
+    "MethodSpec",
     "get",
     "names",
     "register",
-    "section",
+    "sections_of",
     "settings_model",
     "settings_models",
     "supports_interim",
@@ -45,7 +52,9 @@ __all__ = [
 #: the method of a config that names none
 DEFAULT = "map"
 
-Factory = Callable[[Mapping[str, Any]], Method]
+#: ``factory(settings, **sections) -> Method`` (no ``settings`` for a method without a
+#: settings model)
+Factory = Callable[..., Method]
 
 
 class Entry(NamedTuple):
@@ -77,8 +86,9 @@ def supports_interim(name: str) -> bool:
 
 
 def register(name: str, factory: Factory | str, settings: type | str | None = None) -> None:
-    """Add (or replace) a method: ``factory(inference) -> Method``, with its settings
-    model ``settings`` (the config section ``inference.<name>_config``; None: none)."""
+    """Add (or replace) a method: ``factory(settings, **sections) -> Method``, with its
+    settings model ``settings`` (the config section ``inference.<name>_config``; None:
+    none, and the factory takes no positional argument)."""
     REGISTRY[name.lower()] = Entry(factory, settings)
 
 
@@ -116,6 +126,22 @@ def settings_models() -> dict[str, type]:
     return out
 
 
-def get(name: str, inference: Mapping[str, Any] | None = None) -> Method:
-    """The method ``name`` built from the plain ``inference`` settings."""
-    return _load(_entry(name).factory)(dict(inference or {}))
+def sections_of(name: str) -> tuple[str, ...]:
+    """The other methods' sections method ``name``'s factory takes: its keyword-only
+    parameters named ``<registered method>_config`` (e.g. ``map_config``)."""
+    params = inspect.signature(_load(_entry(name).factory)).parameters.values()
+    known = {f"{n}_config" for n in names()}
+    return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name in known)
+
+
+def get(spec: MethodSpec) -> Method:
+    """The method of ``spec``: its factory called with its validated settings and
+    sections, wrapped for the interim model where ``spec`` asks for it."""
+    factory = _load(_entry(spec.name).factory)
+    args = () if spec.settings is None else (spec.settings,)
+    method = factory(*args, **dict(spec.sections))
+    if spec.interim_e_sigma is None:
+        return method
+    from .interim import as_interim
+
+    return as_interim(method, spec.interim_e_sigma)

@@ -1,8 +1,16 @@
-"""The inference-method interface: what every method is and returns.
+"""The inference-method interface: what every method is, takes and returns.
 
 A method is a :class:`Method`, a NamedTuple of pure functions (the shape of
 BlackJAX's ``SamplingAlgorithm`` and Optax's ``GradientTransformation``),
-built by a factory from the plain ``inference`` settings:
+built by its factory from typed settings (the shape of BlackJAX's
+``as_top_level_api``): ``factory(settings, **sections) -> Method``, where
+``settings`` is the method's own validated settings model (the config section
+``inference.<name>_config``; no argument for a method without one) and each
+keyword-only parameter named ``<other>_config`` receives that registered method's
+section (NUTS and VI take ``map_config``, the settings of their Laplace start).
+:class:`MethodSpec` carries these, validated once by the schema
+(:func:`shearbatch.spec.run_spec` builds it); :func:`shearbatch.core.methods.get`
+calls the factory.
 
 - ``fit(rng_key, obs, posterior) -> Draws`` for ONE realization (pure JAX;
   :func:`shearbatch.core.batching.batched` vmaps and jits it);
@@ -13,7 +21,11 @@ built by a factory from the plain ``inference`` settings:
 - ``batch_report(draws, lockstep=None) -> dict`` (optional) for a whole batch of
   draws: batch-level telemetry such as the lockstep efficiency of NUTS and MAP
   (``lockstep``: the lanes that run in one vectorised loop, i.e. the chunk width),
-  logged by the engine and recorded in every realization's ``convergence.json``.
+  logged by the engine and recorded in every realization's ``convergence.json``;
+- ``interim`` (optional): the method's per-galaxy variant for the interim model
+  (``shear_model: interim``), a :class:`Method` whose draws are laid out
+  ``(chain, draw, galaxy)``; :func:`shearbatch.core.methods.interim.as_interim` wraps it
+  with the interim prior (one wrapper for every method).
 
 Every method returns the same :class:`Draws`: constrained samples laid out
 ``(chain, draw, ...)`` (MAP and VI have one chain), per-draw statistics
@@ -23,20 +35,20 @@ record of its fit (:class:`Info`: a NamedTuple of arrays, read by its own
 
 A method's settings are its own pydantic model (a
 :class:`shearbatch.settings.StrictModel`), registered with it
-(:func:`shearbatch.core.methods.register`): the schema accepts its section
-``inference.<name>_config`` and the factory reads it with :func:`section`.
+(:func:`shearbatch.core.methods.register`): the schema accepts and validates its
+section ``inference.<name>_config``, and the factory receives that validated model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol
 
 import jax
 
 from ..flags import Gates
 
-__all__ = ["POINT_ESTIMATES", "Diagnosis", "Draws", "Info", "Method", "section"]
+__all__ = ["POINT_ESTIMATES", "Diagnosis", "Draws", "Info", "Method", "MethodSpec"]
 
 #: what :attr:`Method.point_estimate` may be (``"population"`` is the interim model's,
 #: set by the engine): see :mod:`shearbatch.core.convergence`
@@ -56,13 +68,27 @@ class Info(Protocol):
     def _asdict(self) -> dict[str, Any]: ...
 
 
-S = TypeVar("S")
+class MethodSpec(NamedTuple):
+    """A run's inference method as the schema validated it (built by
+    :func:`shearbatch.spec.run_spec`, read by :func:`shearbatch.core.methods.get`).
 
+    name: the registered method; settings: its validated section
+    ``inference.<name>_config`` (its settings model; None: the method has none);
+    sections: ``(keyword, settings)`` of the other methods' sections its factory takes
+    by keyword (e.g. ``("map_config", MapConfig(...))`` for a Laplace start);
+    interim_e_sigma: ``shear_model: interim``'s prior width (the schema's
+    ``inference.interim_e_sigma``), None for the joint model.
+    """
 
-def section(inference: Mapping[str, Any], name: str, model: type[S]) -> S:
-    """Method ``name``'s settings: the section ``inference.<name>_config`` of the plain
-    ``inference`` settings, validated by its settings ``model`` (defaults when absent)."""
-    return model.model_validate(dict(inference.get(f"{name}_config") or {}))  # type: ignore[attr-defined]
+    name: str
+    settings: Any = None
+    sections: tuple[tuple[str, Any], ...] = ()
+    interim_e_sigma: float | None = None
+
+    @property
+    def shear_model(self) -> str:
+        """``"interim"`` or ``"joint"``."""
+        return "joint" if self.interim_e_sigma is None else "interim"
 
 
 class Draws(NamedTuple):
@@ -110,3 +136,9 @@ class Method(NamedTuple):
     #: lanes per chunk inside the compiled program on CPU (``bias-run --lane-chunk
     #: auto``), measured by bench/bench_chunking.py; None: the whole batch in one vmap
     cpu_chunk: int | None = None
+    #: the per-galaxy variant for the interim model (draws ``(chain, draw, galaxy)``; a
+    #: statistic ``interim_log_ratio``, the draws' per-galaxy log importance ratio to the
+    #: interim posterior, where they are not its exact draws), before
+    #: :func:`shearbatch.core.methods.interim.as_interim` divides out the interim prior;
+    #: None: the method cannot fit the interim model
+    interim: Method | None = None

@@ -50,7 +50,8 @@ from pydantic import model_validator
 from ...settings import Count, Positive, StrictModel
 from .. import arrow
 from ..flags import flag
-from .base import Diagnosis, Draws, Method, section
+from .base import Diagnosis, Draws, Method
+from .interim import LOG_RATIO
 
 __all__ = [
     "Laplace",
@@ -543,11 +544,10 @@ def proposal_log_q(z_local: jax.Array, log_diag: jax.Array, settings: MapConfig)
     return log_z + jnp.sum(log_diag, axis=-1)[None, :]
 
 
-def interim_fit(
-    rng_key: jax.Array, obs: jax.Array, posterior, settings: MapConfig, e_sigma: float
-) -> Draws:
+def interim_fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapConfig) -> Draws:
     """MAP + Laplace of ONE realization of the interim model, with per-galaxy importance
-    weights of its draws.
+    ratios of its draws (MAP's :attr:`~.base.Method.interim` fit, which
+    :func:`~.interim.as_interim` wraps).
 
     The galaxies are independent (no shear), so the Hessian is its per-galaxy blocks
     A_j = L_j L_j^T (:mod:`shearbatch.core.arrow` with no shared latent) and the proposal
@@ -563,12 +563,11 @@ def interim_fit(
       Laplace centre and scale matrix, ``log q_j`` its density
       (:func:`student_t_log_density`) plus ``sum log diag(L_j)``.
 
-    Draws come in antithetic pairs (+z, -z). Per draw k and galaxy j the sample statistic
-    ``interim_log_weight`` is ``log p(d_j, x_kj) - log q_j(x_kj) - log pi(eps_kj)``
-    (``pi``: Normal(0, ``e_sigma``) per component; the importance ratio of the exact
-    interim posterior to the proposal, with the interim ellipticity prior divided out, up
-    to a per-galaxy constant): the ``log_base`` of
-    :func:`shearbatch.core.population.log_weights`. The written draws are proposal draws:
+    Draws come in antithetic pairs (+z, -z). Per draw k and galaxy j the statistic
+    :data:`~.interim.LOG_RATIO` is ``log p(d_j, x_kj) - log q_j(x_kj)`` (the importance
+    ratio of the exact interim posterior to the proposal, up to a per-galaxy constant);
+    :func:`~.interim.as_interim` divides the interim ellipticity prior out of it, giving
+    ``interim_log_weight``. The written draws are proposal draws:
     only weighted do they estimate the interim posterior (with ``student_t`` their plain
     spread is ~sqrt(nu / (nu - 2)) times the Laplace width). ``is_ess`` (M,) is the
     effective sample size of the importance ratios p / q: the importance-sampling
@@ -578,8 +577,6 @@ def interim_fit(
     The proposal's log density summed over galaxies is the statistic ``laplace_log_q``
     (Laplace) or ``proposal_log_q`` (Student-t).
     """
-    import numpyro.distributions as dist
-
     from ..population import ess
 
     layout = layout_of(posterior)
@@ -605,9 +602,7 @@ def interim_fit(
                         batch_size=min(DRAW_CHUNK, xs.shape[0]))  # fmt: skip
     log_r = jnp.where(jnp.isnan(log_p), -jnp.inf, log_p) - log_q
     samples = {k: v[0] for k, v in draws.samples.items()}
-    pi = dist.Normal(0.0, float(e_sigma))  # spec.interim_problem's prior
-    log_pi = pi.log_prob(samples["e1"]) + pi.log_prob(samples["e2"])
-    stats = dict(draws.stats, interim_log_weight=(log_r - log_pi)[None])
+    stats = {**draws.stats, LOG_RATIO: log_r[None]}
     info = draws.info._replace(is_ess=ess(log_r.T))
     if settings.proposal_kind == STUDENT_T:
         info = info._replace(weighted_std=weighted_std(samples, log_r))
@@ -700,23 +695,27 @@ def proposal_record(settings: MapConfig) -> dict[str, Any]:
     return out
 
 
-def settings_from(inference) -> MapConfig:
-    """The ``inference.map_config`` section of the plain ``inference`` settings (also the
-    Laplace start of NUTS and VI)."""
-    return section(inference, "map", MapConfig)
-
-
-def method(inference) -> Method:
-    """MAP + Laplace, from the plain ``inference`` settings."""
-    settings = settings_from(inference)
-    fit_fn = lambda key, obs, post: fit(key, obs, post, settings)  # noqa: E731
-    diag = diagnose
-    if inference.get("shear_model") == "interim":
-        e_sigma = float(inference.get("interim_e_sigma", 0.5))
-        fit_fn = lambda key, obs, post: interim_fit(key, obs, post, settings, e_sigma)  # noqa: E731
-        diag = functools.partial(diagnose, proposal=proposal_record(settings))
+def method(cfg: MapConfig) -> Method:
+    """MAP + Laplace with the settings ``cfg`` (``inference.map_config``); its interim
+    variant (:func:`interim_fit`) records the proposal's settings under ``importance``."""
     # the joint model ignores proposal / proposal_centre: its written posterior is always
     # the Laplace draws at the MAP (unweighted), so that `--set inference.shear_model=joint`
     # on configs/level2.yaml runs the joint model as before
     # chunks of 4 lanes: 1.8-3.1x faster than one vmap on CPU (bench/bench_chunking.py)
-    return Method("map", fit_fn, diag, batch_report, point_estimate="mode", cpu_chunk=4)
+    interim = Method(
+        "map",
+        lambda key, obs, post: interim_fit(key, obs, post, cfg),
+        functools.partial(diagnose, proposal=proposal_record(cfg)),
+        batch_report,
+        point_estimate="mode",
+        cpu_chunk=4,
+    )
+    return Method(
+        "map",
+        lambda key, obs, post: fit(key, obs, post, cfg),
+        diagnose,
+        batch_report,
+        point_estimate="mode",
+        cpu_chunk=4,
+        interim=interim,
+    )

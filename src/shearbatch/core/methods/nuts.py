@@ -44,7 +44,8 @@ from .. import arrow
 from ..diagnostics import bfmi, ess_bulk, ess_tail, per_site, rhat
 from ..flags import Gates, flag
 from . import map as map_
-from .base import Diagnosis, Draws, Method, section
+from .base import Diagnosis, Draws, Method
+from .interim import per_galaxy
 
 __all__ = [
     "MapInit",
@@ -54,10 +55,10 @@ __all__ = [
     "fit",
     "interim_batch_report",
     "interim_diagnose",
-    "interim_fit",
     "lockstep_efficiency",
     "method",
     "run_chains",
+    "settings_of",
 ]
 
 
@@ -312,48 +313,9 @@ def lockstep_efficiency(n_steps) -> float:
     return float(n.sum() / executed) if executed > 0 else 1.0
 
 
-def interim_fit(
-    rng_key: jax.Array, obs: jax.Array, posterior, settings: NutsSettings, e_sigma: float
-) -> Draws:
-    """NUTS on ONE realization of the interim model, galaxy by galaxy.
-
-    Without a shear latent the galaxies are independent, so each is its own sampler:
-    ``chains`` NUTS chains on that galaxy's 6 latents and its stamp
-    (:func:`shearbatch.core.posterior.galaxy_posterior`: its stamp's likelihood and its
-    priors), with its own MAP / Laplace whitening, step size and mass-matrix adaptation
-    (:func:`fit` on one galaxy). The M galaxies are vmapped, and
-    :func:`shearbatch.core.batching.batched` vmaps realizations: B x M x chains
-    independent lanes in one program. Galaxy j's key is ``fold_in(rng_key, j)``, so its
-    draws do not depend on the other galaxies.
-
-    Draws are laid out ``(chain, draw, galaxy)`` as the MAP interim path's; so is every
-    per-draw statistic, and ``interim_log_weight`` = ``-log pi(eps)`` (``pi``:
-    Normal(0, ``e_sigma``) per component, :func:`shearbatch.spec.interim_problem`): the
-    draws are from the exact interim posterior, so the importance ratio
-    ``p(d, x) / q(x)`` of the Laplace path is a per-galaxy constant here and only the
-    interim ellipticity prior is divided out (the ``log_base`` of
-    :func:`shearbatch.core.population.log_weights`).
-    """
-    import numpyro.distributions as dist
-
-    from ..posterior import galaxy_posterior
-
-    with jax.ensure_compile_time_eval():
-        one = galaxy_posterior(posterior)
-    m = obs.shape[0]
-    keys = jax.vmap(lambda j: jax.random.fold_in(rng_key, j))(jnp.arange(m))
-    lanes = jax.vmap(lambda k, d: fit(k, d[None], one, settings))(keys, obs)
-    last = lambda v: jnp.moveaxis(v, 0, -1)  # noqa: E731  (M, C, S) -> (C, S, M)
-    samples = {k: last(v[..., 0]) for k, v in lanes.samples.items()}
-    stats = {k: last(v) for k, v in lanes.stats.items()}
-    pi = dist.Normal(0.0, float(e_sigma))  # spec.interim_problem's prior
-    stats["interim_log_weight"] = -(pi.log_prob(samples["e1"]) + pi.log_prob(samples["e2"]))
-    mode = {k: v[:, 0] for k, v in lanes.mode.items()}
-    return Draws(samples, stats, mode, lanes.info)  # info: (M, ...) per galaxy
-
-
 def interim_diagnose(draws: Draws, settings: NutsSettings) -> Diagnosis:
-    """:func:`diagnose` of an interim realization (every statistic per galaxy), with each
+    """:func:`diagnose` of an interim realization (every galaxy its own chains:
+    :func:`~.interim.per_galaxy`; every statistic per galaxy), with each
     galaxy's summary under ``per_galaxy`` (R-hat: max over its latents; bulk and tail ESS
     of e1 / e2: the smaller; divergences; tree-depth hits) and the realization's under
     ``galaxies`` (the worst galaxy of each). A galaxy whose transitions all diverged or
@@ -416,31 +378,34 @@ def interim_batch_report(
     return batch_report(Draws(draws.samples, stats, draws.mode, info), settings, lockstep)
 
 
-def settings_from(inference) -> NutsSettings:
-    """``inference.nuts_config``, and ``inference.map_config`` (with ``map_init``'s step
-    budget) for the MAP start."""
-    cfg = section(inference, "nuts", NutsConfig)
-    map_settings = map_.settings_from(inference).model_copy(
-        update={"num_steps": cfg.map_init.num_steps}
-    )
+def settings_of(cfg: NutsConfig, map_config: map_.MapConfig) -> NutsSettings:
+    """``cfg`` (``inference.nuts_config``) flattened for the sampler, with ``map_config``
+    (``inference.map_config``, ``map_init``'s step budget in place of its own) for the
+    MAP start."""
+    map_settings = map_config.model_copy(update={"num_steps": cfg.map_init.num_steps})
     nc = {k: getattr(cfg, k) for k in NutsConfig.model_fields if k != "map_init"}
     return NutsSettings(**nc, map_init=cfg.map_init.enabled, map_settings=map_settings)
 
 
-def method(inference) -> Method:
-    """Batched independent NUTS, from the plain ``inference`` settings."""
-    settings = settings_from(inference)
-    if inference.get("shear_model") == "interim":  # per-galaxy lanes (interim_fit)
-        e_sigma = float(inference.get("interim_e_sigma", 0.5))
-        return Method(
-            "nuts",
-            lambda key, obs, post: interim_fit(key, obs, post, settings, e_sigma),
-            lambda draws: interim_diagnose(draws, settings),
-            lambda draws, lockstep=None: interim_batch_report(draws, settings, lockstep),
-        )
+def method(cfg: NutsConfig, *, map_config: map_.MapConfig) -> Method:
+    """Batched independent NUTS with the settings ``cfg`` (``inference.nuts_config``),
+    started at the MAP of ``map_config`` (``inference.map_config``). Its interim variant:
+    every galaxy its own sampler (:func:`~.interim.per_galaxy`)."""
+    s = settings_of(cfg, map_config)
+
+    def fit_one(key, obs, post):
+        return fit(key, obs, post, s)
+
+    interim = Method(
+        "nuts",
+        per_galaxy(fit_one),
+        lambda draws: interim_diagnose(draws, s),
+        lambda draws, lockstep=None: interim_batch_report(draws, s, lockstep),
+    )
     return Method(
         "nuts",
-        lambda key, obs, post: fit(key, obs, post, settings),
-        lambda draws: diagnose(draws, settings),
-        lambda draws, lockstep=None: batch_report(draws, settings, lockstep),
+        fit_one,
+        lambda draws: diagnose(draws, s),
+        lambda draws, lockstep=None: batch_report(draws, s, lockstep),
+        interim=interim,
     )

@@ -35,7 +35,7 @@ import optax
 from ...settings import Count, Positive, StrictModel
 from ..flags import flag
 from . import map as map_
-from .base import Diagnosis, Draws, Method, section
+from .base import Diagnosis, Draws, Method
 
 __all__ = ["ViConfig", "ViInfo", "ViSettings", "fit", "method"]
 
@@ -160,12 +160,8 @@ def diagnose(draws: Draws) -> Diagnosis:
     return Diagnosis(draws.stats, diag, flags)
 
 
-def settings_from(inference) -> ViSettings:
-    """``inference.vi_config``, and ``inference.map_config`` for the Laplace start."""
-    return ViSettings(section(inference, "vi", ViConfig), map_.settings_from(inference))
-
-
-def method(inference) -> Method:
-    """Gaussian-guide VI, from the plain ``inference`` settings."""
-    settings = settings_from(inference)
+def method(cfg: ViConfig, *, map_config: map_.MapConfig) -> Method:
+    """Gaussian-guide VI with the settings ``cfg`` (``inference.vi_config``), started at
+    the Laplace fit of ``map_config`` (``inference.map_config``)."""
+    settings = ViSettings(cfg, map_config)
     return Method("vi", lambda key, obs, post: fit(key, obs, post, settings), diagnose)
