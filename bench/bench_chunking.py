@@ -8,7 +8,7 @@ campaign's inference program (``shearbatch.engine.build_program``, the same one
 (median, ``block_until_ready``) and compares every output leaf with the unchunked
 program's, in each quantity's units (:mod:`shearbatch.core.compare`; XLA vectorises
 another width differently, so expect the last bit to differ;
-a chunk of width c is bit-identical to an unchunked batch of c lanes: tests/test_batching.py). Prints a table and writes ``results/benchmarks/chunking.json``
+a chunk of width c is bit-identical to an unchunked batch of c lanes: tests/core/test_batching.py). Prints a table and writes ``results/benchmarks/chunking.json``
 and a PNG; each method's ``cpu_chunk`` (``bias-run --lane-chunk auto`` on CPU) is
 chosen from these figures::
 

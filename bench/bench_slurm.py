@@ -21,7 +21,7 @@ process's. Prints them and writes
 
     .venv/bin/python bench/bench_slurm.py [--tasks 4] [--throttle 2]
 
-``tests/test_slurm_cluster.py`` (the ``slurm`` tier) runs :func:`run` and asserts
+``tests/top/test_slurm_cluster.py`` (the ``slurm`` tier) runs :func:`run` and asserts
 on its record.
 """
 

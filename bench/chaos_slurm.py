@@ -46,7 +46,7 @@ against the clean run. ``results/benchmarks/chaos_slurm.json`` and ``.png``::
     ci/start_slurm.sh
     .venv/bin/python bench/chaos_slurm.py [--n-realizations 512] [--tasks 16] [--faults 7]
 
-``tests/test_slurm_chaos.py`` (the ``slurm`` tier) runs :func:`soak` small, one fault
+``tests/guarantees/test_slurm_chaos.py`` (the ``slurm`` tier) runs :func:`soak` small, one fault
 of each kind, and :func:`two_campaigns`.
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # install_chromium.sh — make a headless Chromium available for the report's browser test
-# (tests/test_report.py), with Debian's package when none is installed. Idempotent; needs
+# (tests/analysis/test_report.py), with Debian's package when none is installed. Idempotent; needs
 # root for apt-get. Prints the browser it found or installed.
 set -euo pipefail
 

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import OPTIMIZER_SD_TOL, max_diff_sd
+from tests.conftest import OPTIMIZER_SD_TOL, max_diff_sd
 
 pytestmark = pytest.mark.gpu
 

@@ -33,7 +33,7 @@ logger = logging.getLogger("shearbatch")
 #: (diagnostics, plan, versions, host; truth.json): fitted to this package's own files
 #: (16x16 Level 0 and 32x32 S/N 30 MAP realizations: 14.4 KB and 19.3 KB of netCDF
 #: overhead for 9 and 14 variables, 3.3 and 4.0 KB of JSON besides the config);
-#: tests/test_campaign_identity.py checks the estimate against written realizations
+#: tests/app/test_campaign_identity.py checks the estimate against written realizations
 NC_PER_VARIABLE = 1_000
 NC_PER_FILE = 5_500
 JSON_RECORDS = 3_500

@@ -22,7 +22,7 @@ compiled program (``lax.map`` over ``vmap``-ed chunks, one compiled body): each
 chunk's while-loops also stop when that chunk is done rather than the whole batch.
 Lanes are independent, so every lane's result is the same as without chunks up to
 the last bits of rounding (XLA vectorises another width differently; optimiser step
-counts and flags are equal: tests/test_batching.py). :func:`default_chunk` picks it per
+counts and flags are equal: tests/core/test_batching.py). :func:`default_chunk` picks it per
 backend and method (each method's ``cpu_chunk``, from ``bench/bench_chunking.py``'s
 measurements: chunks help the optimisers' per-lane while loops, not a fixed-length
 scan over many cheap steps such as VI's).

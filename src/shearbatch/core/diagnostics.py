@@ -1,7 +1,7 @@
 """MCMC convergence statistics of (chain, draw) arrays: rank-normalised R-hat,
 bulk and tail ESS (Vehtari et al. 2021) and E-BFMI (Betancourt 2016).
 
-Tested against ArviZ on the same draws (tests/test_numerics.py).
+Tested against ArviZ on the same draws (tests/core/test_numerics.py).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ The estimate :func:`fit` is the maximum of ``log L`` over ``|g| < 1``
 (damped Newton on the two components from ``g = 0``) and its error the
 inverse curvature ``(-H)^-1`` there. Averaging per-galaxy posterior means of
 ``g`` is NOT this estimator: with shape noise their average responds to ``g``
-by ``1 - 0.12`` (tests/test_population.py), the maximum of the pooled
+by ``1 - 0.12`` (tests/core/test_population.py), the maximum of the pooled
 likelihood by 1.
 
 Per galaxy, the effective sample size of the normalised weights at the
@@ -49,7 +49,7 @@ interim prior too narrow, or a Laplace approximation far from the posterior).
 The pipeline (``bias-extract``'s per-realization fit, ``bias-stats``' pooled fit) uses the
 NumPy form of this estimator, :mod:`shearbatch.core.population_np` (the derivatives
 written out, no JAX: no accelerator in reader processes, no compile, memory bounded by
-blocks of galaxies); tests/test_population_np.py holds it to this module's results.
+blocks of galaxies); tests/core/test_population_np.py holds it to this module's results.
 Unlike it, a galaxy without support makes this module's gradient NaN even at weight 0
 (``0 * nan`` in the automatic derivative), which stops :func:`fit`.
 """

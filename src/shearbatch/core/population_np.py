@@ -1,7 +1,7 @@
 r"""The pooled marginal likelihood of :mod:`shearbatch.core.population` in NumPy, without JAX.
 
 The same estimator, the same damped Newton and the same results (to rounding: the
-two agree to ~1e-12 in ``g``, tests/test_population_np.py), for the places that must not
+two agree to ~1e-12 in ``g``, tests/core/test_population_np.py), for the places that must not
 start an accelerator or pay JAX's dispatch and compile: ``bias-extract``'s reader
 processes (one fit per interim-model realization) and ``bias-stats``' pooled fit per grid
 point (tens of thousands of galaxies, evaluated in chunks of galaxies, so that memory

@@ -118,7 +118,7 @@ def galaxy_posterior(post: Posterior) -> Posterior:
     latent: the interim model). Its ``potential_fn`` on galaxy j's latents and stamp is
     galaxy j's term of ``post``'s potential (its stamp's likelihood, its priors, its
     transforms' Jacobian), so M such lanes sample the M-galaxy posterior galaxy by galaxy
-    (tests/test_interim_nuts.py)."""
+    (tests/core/test_interim_nuts.py)."""
     p = post.problem
     if p is None:
         raise ValueError("galaxy_posterior: a posterior from build_posterior is needed")

@@ -6,7 +6,7 @@ Pixel size. Example: 0.263``). Regenerate with::
 
     python -m shearbatch.schema.reference > docs/config.md
 
-``tests/test_config_reference.py`` fails when the file is stale or a key has no
+``tests/schema/test_config_reference.py`` fails when the file is stale or a key has no
 description.
 """
 

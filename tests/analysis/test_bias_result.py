@@ -1,0 +1,76 @@
+"""The typed stage-3 result (shearbatch.analysis.result.BiasResult): it reads back every
+bias_results.json the previous version wrote and writes the same text, and what
+measure_bias builds writes what the files hold."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shearbatch.analysis.bias import measure_bias
+from shearbatch.analysis.result import BiasResult, Criterion, Requirement
+from shearbatch.app.stats import write_results
+
+OLD = sorted((Path(__file__).resolve().parents[1] / "data" / "bias_results").glob("*.json"))
+
+
+def test_the_fixtures_are_there():
+    assert {p.stem for p in OLD} == {"level0_unfinished", "interim_population", "paired_sbc",
+                                     "grid_weighted"}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", OLD, ids=lambda p: p.stem)
+def test_a_file_of_the_previous_version_round_trips_to_the_same_text(path, tmp_path):
+    old = path.read_text()
+    res = BiasResult.from_json(json.loads(old))
+    assert not res.extra  # every key is a field
+    written = write_results(res, tmp_path)
+    assert written.name == "bias_results.json"
+    assert written.read_text() == old
+
+
+def test_fields_read_back_typed():
+    res = BiasResult.from_json(json.loads(OLD[[p.stem for p in OLD].index("level0_unfinished")]
+                                          .read_text()))  # fmt: skip
+    assert isinstance(res.requirement, Requirement) and res.requirement.name == "level0"
+    assert res.requirement.chosen.startswith("campaign.requirement in ")
+    assert all(isinstance(c, Criterion) for c in res.criteria)
+    assert res.verdict == "INCONCLUSIVE" and not res.passed
+    assert res.scope["unfinished"] and res.verdict_of_complete == "INCONCLUSIVE"
+    assert res.scope["unplanned_dropped"] == 1 and res.n_corrupt == 1
+    assert [k for k, *_ in res.values()] == ["m1", "c1", "m2", "c2"]
+    assert res.criterion("coverage g1 68%").status == "inconclusive"
+    interim = BiasResult.from_json(json.loads(OLD[[p.stem for p in OLD].index(
+        "interim_population")].read_text()))  # fmt: skip
+    assert interim.point_estimate == "population" and interim.population["grid_points"]
+    assert interim.m2 is None and "constant" in interim.m2_reason
+
+
+def test_unknown_keys_are_kept_last():
+    doc = json.loads(OLD[0].read_text())
+    doc["from_a_newer_version"] = {"x": 1}
+    out = BiasResult.from_json(doc).to_json()
+    assert list(out)[-1] == "from_a_newer_version" and out["from_a_newer_version"] == {"x": 1}
+
+
+def test_measure_bias_builds_what_the_file_holds(tmp_path):
+    """A fresh result written and read back is the same record."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in range(6):
+        for g1 in (-0.02, 0.02):
+            for g2 in (-0.02, 0.02):
+                e1, e2 = rng.normal(0, 1e-3, 2)
+                rows.append({"run_id": f"{g1}_{g2}_{seed}", "seed": seed, "g1_true": g1,
+                             "g2_true": g2, "g1_mean": g1 + e1, "g2_mean": g2 + e2,
+                             "g1_std": 1e-3, "g2_std": 1e-3, "status": "ok",
+                             "passed_convergence": True})  # fmt: skip
+    res, fits, use = measure_bias(pd.DataFrame(rows), requirement="level1")
+    assert len(use) == 24 and set(fits) == {"g1", "g2"}
+    assert res.requirement.chosen is None and res.with_chosen("x").requirement.chosen == "x"
+    back = BiasResult.from_json(json.loads(write_results(res, tmp_path).read_text()))
+    assert back.to_json() == json.loads((tmp_path / "bias_results.json").read_text())
+    assert back.m1 == pytest.approx(res.m1) and back.criteria[0].name == "|m1|"

@@ -1,0 +1,174 @@
+"""Smoke test of the benchmarks in bench/: each ``main()`` at its tiniest settings.
+
+Each writes its JSON, which must hold every key of the committed
+``results/benchmarks/<name>.json`` (so the figures stay comparable; batch sizes and
+list items are wildcards), finite numbers only, and no absolute path. The joint NUTS
+baseline is also checked to be the package's model: its plated potential equals the
+sum of the single-realization potentials.
+"""
+
+import argparse
+import importlib
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shearbatch import runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def bench_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+
+
+def key_paths(obj, prefix=""):
+    """Dict key paths of a JSON record; list items and integer keys (batch sizes) are '*'."""
+    out = set()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            p = f"{prefix}.{'*' if k.isdigit() else k}"
+            out |= {p} | key_paths(v, p)
+    elif isinstance(obj, list):
+        for v in obj:
+            out |= key_paths(v, f"{prefix}[*]")
+    return out
+
+
+def renamed(path, old, new):
+    """``path`` with the key ``old`` (a whole key, or a word of a ratio key) renamed ``new``."""
+    return f"{path}.".replace(f".{old}.", f".{new}.").replace(f"_{old}_", f"_{new}_")[:-1]
+
+
+def leaves(obj):
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from leaves(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from leaves(v)
+    else:
+        yield obj
+
+
+def run_bench(name, tmp_path, *args, alias=None, skip=None):
+    """``bench_<name>.main(args + --out)``; returns the JSON it wrote, after the checks.
+    Committed key paths: ``alias`` (old, new) renames a key, ``skip`` drops a subtree."""
+    out = tmp_path / f"{name}.json"
+    with runtime.scoped():  # restores x64 and the cache settings
+        importlib.import_module(f"bench_{name}").main([*args, "--out", str(out)])
+    text = out.read_text()
+    rec = json.loads(text)  # json.loads reads NaN / Infinity as floats: caught below
+    committed = json.loads((ROOT / "results" / "benchmarks" / f"{name}.json").read_text())
+    expected = {renamed(p, *alias) if alias else p for p in key_paths(committed)}
+    missing = {p for p in expected - key_paths(rec) if not (skip and p.startswith(skip))}
+    assert not missing, sorted(missing)
+    numbers = [v for v in leaves(rec) if isinstance(v, int | float) and not isinstance(v, bool)]
+    assert numbers and all(math.isfinite(v) for v in numbers)
+    for s in (v for v in leaves(rec) if isinstance(v, str)):
+        assert not os.path.isabs(s), s
+    for p in (tmp_path, ROOT, Path.home()):
+        assert str(p) not in text
+    png = out.with_suffix(".png")  # every benchmark draws its figure beside its JSON
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return rec
+
+
+def test_render(tmp_path):
+    rec = run_bench("render", tmp_path, "--batch", "4", "--chunk", "2", "--stamp", "16",
+                    "--repeats", "2", "--dtypes", "float32", "--psfs", "gaussian", "moffat",
+                    "--cost-stamps", "16", "--cost-batch", "2", skip=".psfs")  # fmt: skip
+    assert len(rec["results"]) == 8 and rec["stamp"] == [16, 16]
+    assert {r["psf"] for r in rec["results"]} == {"gaussian", "moffat"}
+    assert all(r["stamps_per_s"] > 0 and len(r["times_s"]) == 2 for r in rec["results"])
+    cost = rec["cost_per_stamp"]
+    assert [(r["stamp"], r["psf"]) for r in cost] == [(16, "gaussian"), (16, "moffat")]
+    assert all(16 <= r["fft_size"] <= r["fft_size_default"] for r in cost)
+
+
+def test_map(tmp_path):
+    """The inference step alone: the end-to-end part (two bias-run processes, one with an
+    empty compilation cache) would cost ~25 s; test_extract runs bias-run the same way."""
+    rec = run_bench("map", tmp_path, "--stamp", "16", "--batches", "1", "2", "--repeats", "1",
+                    "--skip-e2e", skip=".end_to_end")  # fmt: skip
+    assert "end_to_end" not in rec and rec["dtype"] == "float64"
+    assert sorted(rec["inference_only"]) == ["1", "2"]
+    assert all(v["realizations_per_s"] > 0 for v in rec["inference_only"].values())
+
+
+def test_extract(tmp_path):
+    rec = run_bench("extract", tmp_path, "--stamp", "16", "--n-realizations", "1", "--n-dirs",
+                    "20", "--workers", "1", "--repeats", "1")  # fmt: skip
+    assert rec["n_dirs"] == 20 and rec["status_counts"]["ok"] == 20
+    assert rec["dirs_per_s"] > 0 and rec["settings"]["out"] == "extract.json"
+
+
+def test_nuts(tmp_path):
+    """Batch 2 (homogeneous and one hard lane); 'capped' is 'ours' with other settings,
+    so the committed capped keys are checked against ours."""
+    from numpyro.infer.util import potential_energy
+
+    import bench_nuts as bn
+    from shearbatch.core.posterior import build_posterior
+
+    rec = run_bench("nuts", tmp_path, "--stamp", "16", "--warmup", "10", "--samples", "40",
+                    "--chains", "2", "--batch-sizes", "2", "--samplers", "ours", "joint",
+                    alias=("capped", "ours"))  # fmt: skip
+    assert [(r["case"], r["batch_size"]) for r in rec["runs"]] == [("homogeneous", 2), ("hard", 2)]
+    for r in rec["runs"]:  # (ESS of 2 x 40 draws can be anything: no bounds asserted)
+        assert r["ours"]["map_init_ok"] == 2
+        assert len(r["joint"]["ess_bulk_g1"]["per_realization"]) == 2
+
+    # the joint baseline's potential is the package model's, summed over realizations
+    spec, _ = bn.make_specs(argparse.Namespace(
+        stamp=16, sigma=1e-3, warmup=10, samples=10, chains=2, target_accept=0.8,
+        max_tree_depth=10, map_init=True, capped_depth=[3, 3]))  # fmt: skip
+    _, obs = bn.make_batch(spec, 3, True, 100.0)
+    _, joint_model, split = bn.joint_program(spec, 3)
+    post = build_posterior(spec.model)
+    x = post.x0[None, :] + 0.01 * np.random.default_rng(0).normal(size=(3, post.x0.shape[0]))
+    joint = potential_energy(joint_model, (obs,), {}, split(x.reshape(-1)))
+    single = sum(post.potential_fn(x[r], obs[r]) for r in range(3))
+    np.testing.assert_allclose(joint, single, rtol=1e-12)
+
+
+def test_chunking(tmp_path):
+    """Two chunk widths of a 4-lane Level 0 MAP batch on a small stamp config."""
+    from tests.conftest import write_config
+
+    cfg = write_config(tmp_path / "small.yaml", {"image.size_x": 16, "image.size_y": 16})
+    rel = os.path.relpath(cfg, ROOT)
+    rec = run_bench("chunking", tmp_path, "--configs", f"{rel}:map:4", "--chunks", "0", "2",
+                    "--repeats", "1")  # fmt: skip
+    assert [(r["batch_size"], r["width"]) for r in rec["rows"]] == [(4, 4), (4, 2)]
+    assert all(r["ms_per_realization"] > 0 for r in rec["rows"])
+    ref, other = rec["rows"]
+    assert ref["bit_identical"]  # the same program: bit-identical, whatever the CPU
+    # Another chunk width vectorises differently, so the last bits may differ (by CPU). At
+    # this stamp's S/N (~1e5) g's posterior sd is ~2e-5, so a 3e-16 rounding shift of the
+    # mode is ~1e-11 sd; the potential (~3e3) and log q agree to ~1e-15 relative; the
+    # whitened gradient is in sd units (the raw one, ~1e-6 here from rounding amplified by
+    # the ~3e9 curvature, has no stable value). Bounds sit 5 decades above rounding and
+    # far below any real defect: lanes mixed up move modes by >1e3 sd (asserted below).
+    assert other["max_diff_sd"] < 1e-6 and other["max_rel_diff"] < 1e-9
+    assert other["max_abs_info_diff"] < 1e-6 and other["flags_equal"]
+    assert other["max_steps_diff"] <= 1  # a stopping threshold met one step apart
+    mixed = other["lanes_mixed"]  # the check has teeth: lanes rolled by one
+    assert mixed["max_diff_sd"] > 1e3 and mixed["max_rel_diff"] > 1e-6
+
+
+def test_cost(tmp_path):
+    """MAP's cost per galaxy vs M at batch 2 (one optimizer comparison at M = 1)."""
+    rec = run_bench("cost", tmp_path, "--ms", "1", "8", "--batch", "2", "--compare-ms", "1",
+                    "--m-fixed", "1", "--chunks", "1", "--configs", "--repeats", "1",
+                    skip=".vs_config")  # fmt: skip
+    assert [(r["M"], r["optimizer"]) for r in rec["vs_m"]] == [
+        (1, "newton"), (1, "gauss_newton"), (8, "gauss_newton")]  # fmt: skip
+    assert all(0 < r["lockstep_efficiency"] <= 1 and r["all_converged"] for r in rec["vs_m"])
+    (cmp,) = rec["optimizer_comparison"]
+    assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < 1e-3

@@ -1,0 +1,96 @@
+"""The Python API and the commands agree row for row on one campaign (issue 35): with a
+corrupt, a planned-but-missing and an unplanned realization, Campaign.summary() is the
+table bias-extract writes (in_plan column and the missing row included) and
+Campaign.stats() is the result bias-stats writes, because both call the same functions
+of shearbatch.app. Through the real click commands on one tiny Level 0 campaign
+(16x16 stamps, MAP), run once for the module."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import shearbatch
+from shearbatch.cli import bias_extract, bias_run, bias_stats
+from shearbatch.io import to_strict_json
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--set", "image.size_x=16", "--set", "image.size_y=16"]
+CORRUPT, MISSING = "g1_+0.0200_g2_-0.0100_s1", "g1_+0.0100_g2_+0.0100_s2"
+STRANGER = "g1_+0.0200_g2_+0.0100_s7"  # left by another grid: not in the plan
+
+
+def invoke(cmd, args):
+    return CliRunner().invoke(cmd, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def campaign(module_tmp):
+    """2 x 2 shear grid x 3 seeds (12), then damaged: one posterior.nc truncated, one
+    directory removed, one directory of another plan copied in."""
+    root = module_tmp / "camp"
+    res = invoke(bias_run, ["--config", ROOT / "configs" / "level0.yaml", *SMALL,
+                            "--shear-grid", "0.01", "0.02", "--shear-grid-g2", "-0.01", "0.01",
+                            "--n-realizations", 3, "--batch-size", 12, "--output-dir", root,
+                            "--no-progress"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    post = root / CORRUPT / "posterior.nc"
+    post.write_bytes(post.read_bytes()[:3000])
+    shutil.rmtree(root / MISSING)
+    shutil.copytree(root / "g1_+0.0200_g2_+0.0100_s0", root / STRANGER)
+    return root
+
+
+@pytest.fixture(scope="module")
+def by_cli(campaign, module_tmp):
+    """bias-extract's summary.csv, and bias-stats' bias_results.json with and without the
+    unplanned realization."""
+    res = invoke(bias_extract, ["--input-dir", campaign, "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "not in the plan" in res.output  # the warning
+    table = pd.read_csv(campaign / "summary.csv",
+                        dtype={"run_id": str, "pair_id": str, "status": str})  # fmt: skip
+    out = {}
+    for name, extra in (("planned", []), ("all", ["--include-unplanned"])):
+        stats_dir = module_tmp / name
+        res = invoke(bias_stats, ["--input", campaign, "--output-dir", stats_dir, "--no-plots",
+                                  "--report", stats_dir / "report.html", *extra])  # fmt: skip
+        assert res.exit_code == 3, res.output  # unfinished: INCONCLUSIVE
+        done = "11 of 13" if extra else "10 of 12"  # the stranger is complete
+        assert f"unfinished: {done} planned realizations complete" in res.output
+        out[name] = json.loads((stats_dir / "bias_results.json").read_text())
+    return table, out
+
+
+def test_summary_agrees_row_for_row(campaign, by_cli):
+    table, _ = by_cli
+    api = shearbatch.open_campaign(campaign).summary()
+    assert api.index.name == "run_id" and "in_plan" in api.columns
+    pd.testing.assert_frame_equal(api.reset_index(), table)
+    status = api["status"]
+    assert status[CORRUPT] == "corrupt" and status[MISSING] == "incomplete"
+    assert api.loc[MISSING, "reason"].startswith("not started")
+    assert not api.loc[STRANGER, "in_plan"] and api["in_plan"].sum() == 12
+    assert len(api) == 13 and (status == "ok").sum() == 11
+
+
+def test_statuses_count_the_missing_work(campaign):
+    counts = shearbatch.open_campaign(campaign).statuses().value_counts().to_dict()
+    assert counts == {"ok": 11, "corrupt": 1, "incomplete": 1}  # the stranger is ok
+
+
+@pytest.mark.parametrize("name, kw", [("planned", {}), ("all", {"include_unplanned": True})])
+def test_stats_agree_key_for_key(campaign, by_cli, name, kw):
+    _, out = by_cli
+    cli = out[name]
+    res = shearbatch.open_campaign(campaign).stats(**kw)
+    api = json.loads(json.dumps(to_strict_json(res.to_json())))
+    assert api["requirement"]["chosen"] == f"campaign.requirement in {campaign / 'config.yaml'}"
+    assert list(api) == list(cli)
+    for key in cli:
+        assert api[key] == cli[key], key
+    assert res.n_used == (11 if kw else 10) and res.scope["unfinished"]
+    assert res.scope["unplanned_dropped"] == (0 if kw else 1)
