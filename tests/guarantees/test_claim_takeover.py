@@ -18,11 +18,11 @@ from tests.conftest import write_config
 
 BIN = Path(sys.executable).parent
 HOLD = """
-import sys, time
+import sys
 from shearbatch.io import claims
 with claims.claim(sys.argv[1], sys.argv[2:]) as cl:
     print(len(cl.mine), flush=True)
-    time.sleep(4)
+    sys.stdin.readline()  # held until the test has seen bias-run find them held
 """
 
 
@@ -33,20 +33,29 @@ def test_claims_released_unfinished_are_taken_over(tmp_path):
     ids = ["g1_+0.0200_g2_+0.0000_s0", "g1_+0.0200_g2_+0.0000_s1"]
     # another process claims two of the four realizations, then exits without them
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root), *ids],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert holder.stdout.readline().strip() == "2"
     t0 = time.perf_counter()
-    out = subprocess.run(
+    run = subprocess.Popen(
         [str(BIN / "bias-run"), "--config", str(cfg), "--shear-grid", "0.01", "0.02",
          "--n-realizations", "2", "--batch-size", "2", "--output-dir", str(root),
          "--no-progress"],
-        capture_output=True, text=True, check=False, timeout=600,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    holder.communicate(timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "overlapping slices: 2 realization(s)" in out.stderr, out.stderr
-    assert "2 realization(s) another bias-run held were released unfinished" in out.stderr
-    assert "wrote 4 ok" in out.stdout and "skipped" not in out.stdout, out.stdout
+    # the holder lets go only once bias-run has found its claims held, however long
+    # bias-run takes to start on a loaded machine (a fixed 4 s hold raced with it)
+    seen = []
+    for line in run.stderr:
+        seen.append(line)
+        if "overlapping slices" in line:
+            break
+    holder.communicate("\n", timeout=60)
+    stdout, rest = run.communicate(timeout=600)
+    stderr = "".join(seen) + rest
+    assert run.returncode == 0, stderr
+    assert "overlapping slices: 2 realization(s)" in stderr, stderr
+    assert "2 realization(s) another bias-run held were released unfinished" in stderr
+    assert "wrote 4 ok" in stdout and "skipped" not in stdout, stdout
     assert len(list(root.glob("g1_*/convergence.json"))) == 4
     assert time.perf_counter() - t0 < 120
 
