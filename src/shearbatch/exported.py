@@ -285,23 +285,18 @@ def _import_class(path: str) -> type:
 
 
 def _write(path: Path, key: str, name: str, exp: Any) -> None:
-    """``exp`` serialized with its header, into ``path`` by a temporary file and a rename."""
+    """``exp`` serialized with its header, into ``path`` by a temporary file and a rename
+    (:func:`shearbatch.io.atomic.write_bytes`)."""
     namedtuples = _namedtuples(exp)  # registered before serializing
     payload = bytes(exp.serialize())
     header = {"format": FORMAT, "key": key, "program": name, "jax": jax.__version__,
               "namedtuples": namedtuples, "sha256": hashlib.sha256(payload).hexdigest(),
               "bytes": len(payload)}  # fmt: skip
     head = json.dumps(header).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(_MAGIC + struct.pack("<I", len(head)) + head + payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    from .io import atomic  # the one atomic write (fsynced: a cache entry outlives the run)
+
+    atomic.remove_orphans(path.parent, (path.name,))  # of this program, by killed processes
+    atomic.write_bytes(path, _MAGIC + struct.pack("<I", len(head)) + head + payload)
 
 
 def _read(path: Path, key: str) -> Any:

@@ -100,14 +100,13 @@ def check_out_path(flag: str, path: Path, *, is_dir: bool = True, write: bool = 
 
 
 def check_writable(output_dir: Path) -> None:
-    """Create the output root and a probe file in it, before anything is computed."""
-    import socket
+    """Create the output root and a probe file in it, before anything is computed
+    (:func:`shearbatch.io.atomic.probe`: nothing is left behind, even by a kill)."""
+    from ..io import atomic
 
-    probe = output_dir / f".write-probe.{socket.gethostname()}.{os.getpid()}.tmp"
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
+        atomic.probe(output_dir)
     except OSError as err:
         raise PlanError(f"--output-dir: cannot write to {output_dir}: {err.strerror}") from None
 

@@ -3,10 +3,10 @@
 The first ``bias-run`` into an output root writes ``campaign.json`` (the full
 config, its hash, the plan - shear grid, seeds, design, planned run ids -, the
 method, batch size, dtype, the versions of shearbatch, JAX, jaxlib, NumPyro and
-ArviZ, the device kind and count). It is written to a temporary file and
-*linked* into place (``os.link`` fails if the name exists), so when several
-array tasks start together exactly one manifest wins and nobody sees a partial
-one; the others read it and compare.
+ArviZ, the device kind and count). It is written to a temporary file, fsynced and
+*linked* into place (``os.link`` fails if the name exists: :mod:`.atomic`'s
+``exclusive`` write), so when several array tasks start together exactly one
+manifest wins and nobody sees a partial one; the others read it and compare.
 
 *Campaign-defining* settings must agree between the manifest and every later
 run into the same root: the config (:data:`DEFINING`: config hash, method,
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
+from . import atomic
 from .writer import to_strict_json
 
 __all__ = [
@@ -306,8 +307,7 @@ def write_manifest(
     }
     root.mkdir(parents=True, exist_ok=True)
     path = root / MANIFEST
-    host = socket.gethostname()
-    _remove_orphans(root, host)  # also when the manifest is kept: a resume after a kill
+    atomic.remove_orphans(root, (MANIFEST, FROZEN_CONFIG))  # also when the manifest is kept
     if not replace:
         found = check_manifest(root, expect, plan, config)
         if found is not None:
@@ -323,50 +323,33 @@ def write_manifest(
             logger.info("campaign grows from %d to %d realization(s) per grid point: %s "
                         "rewritten with the larger plan", old_n, new_n, path)  # fmt: skip
             replace = True
-    # created with mode 0666 so that the user's umask decides who may read it
-    tmp = root / f".{MANIFEST}.{host}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(to_strict_json(doc), fh, indent=1, allow_nan=False)
-            fh.write("\n")
-        if replace:
-            if frozen is not None:
-                write_frozen_config(root, frozen)
-            os.replace(tmp, path)
-            return doc, True
-        try:
-            os.link(tmp, path)  # atomic create-if-absent: exactly one task wins
-        except FileExistsError:
-            found = check_manifest(root, expect, plan, config)
-            assert found is not None
-            return found, False
+    text = json.dumps(to_strict_json(doc), indent=1, allow_nan=False) + "\n"
+    if replace:
         if frozen is not None:
             write_frozen_config(root, frozen)
+        atomic.write_text(path, text, parent=False)
         return doc, True
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    try:  # created whole where absent: exactly one of several starting tasks wins
+        atomic.write_text(path, text, parent=False, exclusive=True)
+    except FileExistsError:
+        found = check_manifest(root, expect, plan, config)
+        assert found is not None
+        return found, False
+    if frozen is not None:
+        write_frozen_config(root, frozen)
+    return doc, True
 
 
 def write_frozen_config(root: str | Path, data: Mapping[str, Any]) -> Path:
     """Write :data:`FROZEN_CONFIG` (the config data as run) atomically under ``root``."""
     import yaml
 
-    root = Path(root)
-    path = root / FROZEN_CONFIG
     text = (
         "# The config as run: the file with bias-run's --set items and flags applied (listed\n"
         f"# in {MANIFEST}'s overrides). SLURM tasks and later stages read this copy, not\n"
         "# the original file.\n" + yaml.safe_dump(to_strict_json(dict(data)), sort_keys=False)
     )
-    tmp = root / f".{FROZEN_CONFIG}.{socket.gethostname()}.{os.getpid()}.tmp"
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic.write_text(Path(root) / FROZEN_CONFIG, text, parent=False)
 
 
 def read_frozen_config(root: str | Path) -> Any:
@@ -382,17 +365,3 @@ def read_frozen_config(root: str | Path) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ValueError(f"{path}: not valid YAML ({type(err).__name__})") from None
-
-
-def _remove_orphans(root: Path, host: str) -> None:
-    """Remove temporary manifests and frozen configs left by killed processes of this host
-    (pid no longer alive)."""
-    for name in (MANIFEST, FROZEN_CONFIG):
-        for p in root.glob(f".{name}.{host}.*.tmp"):
-            try:
-                pid = int(p.name[len(f".{name}.{host}.") : -len(".tmp")])
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                p.unlink(missing_ok=True)
-            except (ValueError, PermissionError):
-                continue

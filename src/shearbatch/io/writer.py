@@ -44,7 +44,6 @@ import math
 import multiprocessing
 import os
 import queue
-import re
 import signal
 import sys
 import threading
@@ -147,10 +146,6 @@ def to_strict_json(obj: Any) -> Any:
 # --------------------------------------------------------------------------- atomic files
 
 
-#: a temporary name of :func:`.atomic.temporary_path`: ``.<name>.<host>.<pid>.<hex>.tmp``
-_TMP = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
-
-
 def _atomic_write(path: str | Path, write, parent: bool = True) -> None:
     """``write(tmp)`` (``tmp``: a ``str``) then rename over ``path`` (:func:`.atomic.put_with`), without an
     fsync per file: kill-safe (whole or absent), and a file a crash left damaged fails its
@@ -159,34 +154,11 @@ def _atomic_write(path: str | Path, write, parent: bool = True) -> None:
     atomic.put_with(os.fspath(path), write, durable=False, parent=parent)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
 def clean_orphans(directory: str | Path) -> int:
     """Remove the temporary files in ``directory`` left by killed writers of THIS host
     (their pid is dead); returns how many. Files of other hosts or of live processes
-    (a concurrent task) are left alone."""
-    n, host = 0, atomic.host_tag()
-    try:
-        entries = list(os.scandir(directory))
-    except (FileNotFoundError, NotADirectoryError):
-        return 0
-    for e in entries:
-        m = _TMP.match(e.name)
-        if not m or m["name"] not in FILES or m["host"] != host:
-            continue
-        pid = int(m["pid"])
-        if pid != os.getpid() and not _pid_alive(pid):
-            Path(e.path).unlink(missing_ok=True)
-            n += 1
-    return n
+    (a concurrent task) are left alone (:func:`.atomic.remove_orphans`)."""
+    return atomic.remove_orphans(directory, FILES)
 
 
 def dumps_json(obj: Any) -> str:
