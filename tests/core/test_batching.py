@@ -13,7 +13,7 @@ from shearbatch.core.batching import batched, chunk_width, default_chunk, realiz
 from shearbatch.core.compare import agreement
 from shearbatch.engine import generate, inference_program, lane_chunk_for
 from shearbatch.schema import load_config
-from shearbatch.spec import run_spec
+from shearbatch.spec import method_spec, run_spec
 from tests.conftest import write_config
 
 
@@ -29,9 +29,11 @@ def test_chunk_width_divides_the_lanes_or_is_none(lanes, chunk, width):
 def test_default_chunk_per_backend_and_method():
     assert default_chunk(4, "cpu") == 4 and default_chunk(None, "cpu") is None
     assert default_chunk(4, "gpu") is None and default_chunk(4, "tpu") is None
-    spec = run_spec(load_config("configs/level0.yaml"))  # MAP: chunks of 4 on CPU
+    cfg = load_config("configs/level0.yaml")
+    spec = run_spec(cfg)  # MAP: chunks of 4 on CPU
     assert lane_chunk_for("auto", spec) == default_chunk(4)
-    vi = spec._replace(method="vi")  # VI's fixed-length scan is faster unchunked
+    vi_inf = method_spec(cfg.inference.model_copy(update={"method": "vi"}))
+    vi = spec._replace(inference=vi_inf)  # VI's fixed-length scan is faster unchunked
     assert lane_chunk_for("auto", vi) is None
     assert lane_chunk_for("off", spec) is None and lane_chunk_for(None, spec) is None
     assert lane_chunk_for("8", vi) == 8 and lane_chunk_for(0, spec) is None

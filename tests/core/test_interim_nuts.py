@@ -88,7 +88,9 @@ def test_nuts_draws_agree_with_importance_reweighted_laplace_draws(module_tmp):
     sim = generate(spec, plan)
     keys = realization_keys([r.seed for r in plan], spec.rng_seed)
     got = inference_program(spec)[1](keys, sim.images)
-    map_spec = spec._replace(method="map", inference={**spec.inference, "method": "map"})
+    inf = spec.inference  # the same settings, MAP's interim variant
+    map_spec = spec._replace(inference=inf._replace(
+        name="map", settings=dict(inf.sections)["map_config"], sections=()))  # fmt: skip
     lap = inference_program(map_spec)[1](keys, sim.images)
     pi = st.norm(0, E_SIGMA)
     for b in range(2):
@@ -195,7 +197,7 @@ def test_a_galaxy_alone_matches_its_lane_in_the_batch(campaign):
         samples = {k: v.values[..., j] for k, v in tree["posterior"].ds.items()}
         stats = {k: v.values[..., j] for k, v in tree["sample_stats"].ds.items()}
         stamp = jnp.asarray(tree["observed_data"].ds["obs"].values[j])
-    settings = nuts.settings_from(spec.inference)
+    settings = nuts.settings_of(spec.inference.settings, **dict(spec.inference.sections))
     one = galaxy_posterior(build_posterior(spec.model))
     key = jax.random.fold_in(realization_keys([1], spec.rng_seed)[0], j)
     alone = jax.jit(lambda k, d: nuts.fit(k, d[None], one, settings))(key, stamp)

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core import arrow, methods
 from shearbatch.core.flags import flag
-from shearbatch.core.methods import Diagnosis, Draws, Method, section
+from shearbatch.core.methods import Diagnosis, Draws, Method
 from shearbatch.core.methods import map as map_
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import ConfigError, load_config
@@ -89,8 +89,8 @@ def rwm_diagnose(draws: Draws) -> Diagnosis:
     return Diagnosis({}, {"rwm": {"acceptance_rate": rate}}, flags)
 
 
-def rwm(inference) -> Method:
-    cfg = section(inference, "rwm", RwmConfig)
+def rwm(cfg: RwmConfig) -> Method:
+    """The method's factory: its validated settings in, the method out."""
     start = map_.MapConfig()  # the mode of the sampled density, by exact Newton
 
     def fit(key, obs, post):

@@ -60,9 +60,8 @@ def registered(name, factory):
         methods.REGISTRY.pop(name, None)
 
 
-def prior_method(inference) -> Method:
-    """A trivial method: ``N_PRIOR`` draws of the model's prior, one chain."""
-    del inference
+def prior_method() -> Method:
+    """A trivial method without settings: ``N_PRIOR`` draws of the model's prior, one chain."""
 
     def fit(rng_key, obs, posterior):
         pred = Predictive(posterior.model, num_samples=N_PRIOR, return_sites=list(posterior.sites))
@@ -230,8 +229,8 @@ def test_campaign_traces_the_method_once(module_tmp, tiny_cfg, monkeypatch):
     monkeypatch.setenv("SHEARBATCH_EXPORT", "off")
     traces = []
 
-    def counted(inference):
-        m = map_.method(inference)
+    def counted(*, map_config: map_.MapConfig):  # no settings of its own: MAP's section
+        m = map_.method(map_config)
 
         def fit(*a):
             traces.append(1)  # fit runs only while jit traces it

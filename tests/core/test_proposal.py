@@ -32,6 +32,7 @@ from shearbatch.schema.config import config_hash
 from tests.conftest import write_config
 
 LEVEL2 = Path("configs/level2.yaml")
+E_SIGMA = load_config(LEVEL2).inference.interim_e_sigma  # the config's interim prior width
 NU = 5.0
 K = 20_000  # draws of the density check (10,000 antithetic pairs)
 
@@ -135,6 +136,7 @@ def tiny(module_tmp):
     t proposal; and the same batch with the Laplace proposal."""
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.batching import batched
+    from shearbatch.core.methods import get
     from shearbatch.core.posterior import build_posterior
     from shearbatch.engine import batch_inputs
     from shearbatch.spec import run_spec
@@ -150,12 +152,11 @@ def tiny(module_tmp):
                             "inference.map_config.proposal_centre": centre}, base=LEVEL2)  # fmt: skip
         spec = run_spec(load_config(cfg))
         post = build_posterior(spec.model)
-        method = mm.method(spec.inference)
-        settings = mm.settings_from(spec.inference)
+        method = get(spec.inference)  # MAP's interim variant, wrapped (methods.interim)
         sim, keys = batch_inputs(spec, plan_campaign([0.02], n_realizations=2))
 
-        def fit(k, o, post=post, settings=settings):
-            return mm.interim_fit(k, o, post, settings, 0.5)
+        def fit(k, o, post=post, method=method):
+            return method.fit(k, o, post)
 
         out[proposal] = {"batch": batched(fit)(keys, sim.images), "method": method}
         if proposal == "student_t":
@@ -184,7 +185,7 @@ def _weighted_var(draws, lane: int, site: str):
     """Interim-posterior variance of ``site`` per galaxy from the weighted draws of one lane
     (log weights p / q = interim_log_weight + log pi), and its MCSE."""
     e = {s: np.asarray(draws.samples[s][lane, 0]) for s in ("e1", "e2")}
-    log_pi = sum(st.norm(0, 0.5).logpdf(v) for v in e.values())
+    log_pi = sum(st.norm(0, E_SIGMA).logpdf(v) for v in e.values())
     log_r = np.asarray(draws.stats["interim_log_weight"][lane, 0]) + log_pi
     x = np.asarray(draws.samples[site][lane, 0])
     out = [_snis(x[:, [j]], log_r[:, j]) for j in range(x.shape[1])]
@@ -252,8 +253,8 @@ def test_the_joint_model_ignores_the_interim_proposal(tmp_path):
     from shearbatch.spec import run_spec
 
     spec = run_spec(load_config(cfg))
-    assert spec.inference["map_config"]["proposal"] == "student_t"
-    method = mm.method(spec.inference)
+    assert spec.inference.settings.proposal == "student_t"
+    method = mm.method(spec.inference.settings)
     post = build_posterior(spec.model)
     im = spec.model.image
     obs = jax.ShapeDtypeStruct((im.n_objects, im.ny, im.nx), jnp.float64)

@@ -20,6 +20,8 @@ import shearbatch.core.methods.map as map_
 from shearbatch import exported, runtime
 from shearbatch.campaign import plan_campaign
 from shearbatch.core.checks import chi2_program
+from shearbatch.core.methods import MethodSpec
+from shearbatch.core.methods.vi import ViConfig
 from shearbatch.engine import batch_inputs, build_program, inference_program
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
@@ -186,14 +188,15 @@ def test_every_setting_of_the_program_changes_its_key(spec, inputs, store):
 
     base = key()
     assert key() == base  # deterministic
-    steps = dict(spec.inference, map_config={**spec.inference.get("map_config", {}),
-                                             "num_steps": 17})  # fmt: skip
+    inf = spec.inference
+    steps = inf._replace(settings=inf.settings.model_copy(update={"num_steps": 17}))
+    vi = MethodSpec("vi", ViConfig(), (("map_config", inf.settings),))
     noisier = spec.model._replace(noise_sigma=2 * spec.model.noise_sigma)
     wider = (jax.ShapeDtypeStruct((4, *keys.shape[1:]), keys.dtype),
              jax.ShapeDtypeStruct((4, *sim.images.shape[1:]), sim.images.dtype))  # fmt: skip
     single = (keys, jax.ShapeDtypeStruct(sim.images.shape, np.float32))
     others = [key(spec._replace(inference=steps)), key(spec._replace(model=noisier)),
-              key(spec._replace(method="vi")), key(chunk=1), key(a=wider), key(a=single)]  # fmt: skip
+              key(spec._replace(inference=vi)), key(chunk=1), key(a=wider), key(a=single)]  # fmt: skip
     assert len({base, *others}) == 1 + len(others)
     # the truth problem (the generator's), the seed list and the output root are not the
     # inference program's: the same key

@@ -144,6 +144,7 @@ def test_interim_weights_in_draw_chunks_equal_all_draws(monkeypatch):
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.methods import map as map_method
+    from shearbatch.core.methods.interim import LOG_RATIO
     from shearbatch.core.posterior import build_posterior
     from shearbatch.engine import batch_inputs
     from shearbatch.schema import load_config
@@ -154,13 +155,13 @@ def test_interim_weights_in_draw_chunks_equal_all_draws(monkeypatch):
                        base=Path("configs/level2.yaml"))  # fmt: skip
     spec = run_spec(load_config(cfg))
     post = build_posterior(spec.model)
-    settings = map_method.settings_from(spec.inference)
+    settings = spec.inference.settings
     sim, keys = batch_inputs(spec, plan_campaign([0.02], n_realizations=1)[:1])
-    fit = jax.jit(lambda k, o: map_method.interim_fit(k, o, post, settings, 0.5))
+    fit = jax.jit(lambda k, o: map_method.interim_fit(k, o, post, settings))
     monkeypatch.setattr(map_method, "DRAW_CHUNK", 7)  # uneven: 120 = 17 x 7 + 1
-    chunked = fit(keys[0], sim.images[0]).stats["interim_log_weight"]
+    chunked = fit(keys[0], sim.images[0]).stats[LOG_RATIO]
     monkeypatch.setattr(map_method, "DRAW_CHUNK", 10_000)
-    whole = jax.jit(lambda k, o: map_method.interim_fit(k, o, post, settings, 0.5))(
+    whole = jax.jit(lambda k, o: map_method.interim_fit(k, o, post, settings))(
         keys[0], sim.images[0]
-    ).stats["interim_log_weight"]
+    ).stats[LOG_RATIO]
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(whole), rtol=1e-9, atol=1e-9)
