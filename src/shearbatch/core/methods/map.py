@@ -267,8 +267,13 @@ def _newton(
         jnp.asarray(jnp.inf, x0.dtype),
         jnp.asarray(0),
         jnp.asarray(False),
-        (jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), h0), jnp.asarray(False),
-         jnp.asarray(jnp.inf, x0.dtype), jnp.asarray(jnp.inf, x0.dtype), jnp.asarray(0)),
+        (
+            jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), h0),
+            jnp.asarray(False),
+            jnp.asarray(jnp.inf, x0.dtype),
+            jnp.asarray(jnp.inf, x0.dtype),
+            jnp.asarray(0),
+        ),
     )
     x, f, gn, n, _, (h, converged, *_) = jax.lax.while_loop(cond, body, init)
     return OptResult(x, f, gn, n, converged & jnp.isfinite(f)), h
