@@ -27,7 +27,7 @@ def failing(monkeypatch, name: str, call: str = "replace") -> None:
 
     def fail(src, dst, *a, **k):
         if os.path.basename(dst) == name:
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise OSError(errno.ENOSPC, "No space left on device", src, None, dst)  # as os does
         return real(src, dst, *a, **k)
 
     monkeypatch.setattr(os, call, fail)
@@ -66,7 +66,10 @@ def test_a_failed_stats_write_keeps_the_old_file_whole(tmp_path, monkeypatch, ta
     with monkeypatch.context() as m:
         failing(m, target)
         res = stats(new)
-    assert res.exit_code not in DONE, res.output
+    # one line naming the file, exit 4 (an output could not be written), no traceback
+    assert res.exit_code == 4, res.output
+    assert f"Error: cannot write {out / target}" in res.output, res.output
+    assert "No space left on device" in res.output and "Traceback" not in res.output
     assert (out / target).read_bytes() == old
     assert not temporaries(tmp_path)
     res = stats(new)  # not vacuous: this run's file differs

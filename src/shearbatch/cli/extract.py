@@ -16,6 +16,7 @@ from .options import (
     _help,
     _setup_logging,
     _version_option,
+    _write_failed,
 )
 
 __all__ = ["bias_extract"]
@@ -77,6 +78,8 @@ def bias_extract(**kw: Any) -> int:
         done = run_extract(opts)
     except StageError as err:
         raise _fail(str(err)) from None
+    except OSError as err:  # an output could not be written: one line, exit 4
+        return _write_failed(err)
     for line in done.lines():
         click.echo(line)
     for msg in done.warnings():

@@ -79,6 +79,19 @@ def _fail(msg: str) -> click.UsageError:
     return click.UsageError(msg)
 
 
+#: the exit status of a stage whose output could not be written (as bias-run's)
+EXIT_WRITE = 4
+
+
+def _write_failed(err: OSError) -> int:
+    """One line on stderr for an output that could not be written (a full disk, a
+    read-only directory; the file it would have replaced is kept whole): exit 4."""
+    name = err.filename2 or err.filename  # a rename's or link's target, else the file
+    where = f"{name}: " if name else "an output: "
+    click.echo(f"Error: cannot write {where}{err.strerror or err}", err=True)
+    return EXIT_WRITE
+
+
 def _check_out_path(flag: str, path: Path, *, is_dir: bool = True, write: bool = True) -> None:
     """One line (exit 2) when ``path`` cannot be created/written
     (:func:`shearbatch.app.check_out_path`)."""

@@ -15,6 +15,7 @@ from .options import (
     _help,
     _setup_logging,
     _version_option,
+    _write_failed,
 )
 
 __all__ = ["bias_stats"]
@@ -171,7 +172,8 @@ def bias_stats(**kw: Any) -> int:
     realizations to PASS if the true bias were 0, from the campaign's own scatter.
     Coverage and SBC need min_seeds independent seeds (default 20). Verdict: FAIL if
     any criterion fails, else INCONCLUSIVE if any is (or the campaign is unfinished),
-    else PASS. Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 bad input.
+    else PASS. Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 bad input, 4 an output could not be
+    written.
     """
     _setup_logging(kw["verbose"])
     args = {k: v for k, v in kw.items() if k not in ("input_path", "verbose")}
@@ -180,6 +182,8 @@ def bias_stats(**kw: Any) -> int:
         done = run_stats(opts)
     except StageError as err:
         raise _fail(str(err)) from None
+    except OSError as err:  # an output could not be written: one line, exit 4
+        return _write_failed(err)
     for line in done.lines():
         click.echo(line)
     return done.exit_code
