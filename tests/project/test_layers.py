@@ -54,12 +54,10 @@ def test_api_and_app_do_not_import_the_cli(path):
 
 
 def test_cli_modules_stay_small():
-    """Each command's module only parses, calls shearbatch.app, prints and maps errors:
-    bias-extract's and bias-stats' under 200 lines (their options included), every CLI
-    module under 400."""
+    """Each command's module only parses, calls shearbatch.app, prints and maps errors, and
+    every CLI module (bias-run's options split by group) is under 200 lines."""
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PKG / "cli").glob("*.py")}
-    assert sizes and max(sizes.values()) <= 400, sizes
-    assert sizes["stats.py"] < 200 and sizes["extract.py"] < 200, sizes
+    assert sizes and max(sizes.values()) < 200, sizes
 
 
 @pytest.mark.parametrize("name", ["extract.py", "stats.py"])

@@ -1,5 +1,5 @@
 """What every command shares: one-line errors (exit 2), option help ending in its default,
-``--version``, logging set-up and the command line as given."""
+``--version`` (:mod:`.params`), logging set-up and the command line as given."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 __all__ = ["_Command", "_check_out_path", "_example", "_fail", "_given", "_given_args", "_help",
-           "_setup_logging", "_version_option"]  # fmt: skip
+           "_setup_logging", "_version_option", "_write_failed"]  # fmt: skip
 
 logger = logging.getLogger("shearbatch")
 
@@ -190,42 +190,4 @@ def _example(*lines: str) -> str:
     return "\b\nExample:\n" + "\n".join(f"  {ln}" for ln in lines)
 
 
-def _version_message() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from .._version import __version__
-
-    def v(pkg: str) -> str:
-        try:
-            return version(pkg)
-        except PackageNotFoundError:
-            return "not installed"
-
-    deps = ", ".join(f"{p} {v(p)}" for p in ("jax", "numpyro", "arviz"))
-    return f"%(prog)s (shearbatch {__version__}; {deps}; python {sys.version.split()[0]})"
-
-
-def _version_option() -> Any:
-    return click.version_option(
-        None, "--version", message=_version_message(), help="Show the versions and exit."
-    )
-
-
-class _BatchSize(click.ParamType):
-    """``--batch-size``: a number of lanes >= 1, or ``auto``."""
-
-    name = "N|auto"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
-        if isinstance(value, int) or value is None:
-            return value
-        text = str(value).strip().lower()
-        if text == "auto":
-            return "auto"
-        try:
-            return int(text)
-        except ValueError:
-            self.fail(f"auto or a number of realizations >= 1, got {value!r}", param, ctx)
-
-
-BATCH_SIZE = _BatchSize()
+from .params import _version_option  # noqa: E402  (re-exported: every command's --version)

@@ -1,4 +1,5 @@
-"""``bias-run``'s options: the click decorators, verbatim, collected by :func:`run_options`."""
+"""``bias-run``'s options: the click decorators, verbatim, collected by :func:`run_options` from
+here (config and campaign), :mod:`.run_execution` and :mod:`.run_submission`."""
 
 from __future__ import annotations
 
@@ -7,18 +8,10 @@ from typing import Any
 
 import click
 
-from ..core.methods import names as method_names
-from .options import BATCH_SIZE, _help, _version_option
-
-_X64_HELP = (
-    "Precision of generation and inference: --x64 float64 (set once per run by shearbatch.runtime), --no-x64 float32 "
-    "(faster, half the memory; measured safe for MAP from S/N 15 to 1.2e5, see docs/validation.md)."
-)
-_CACHE_HELP = (
-    "Directory of JAX's persistent compilation cache, so later runs and SLURM array tasks "
-    "skip compilation (array tasks that start together take turns to compile: one compiles, "
-    "the others read); 'off' disables it."
-)
+from .options import _help
+from .params import BATCH_SIZE
+from .run_execution import _execution
+from .run_submission import _submission
 
 
 @click.option(
@@ -178,223 +171,17 @@ _CACHE_HELP = (
         config="campaign.output_dir",
     ),
 )
-@click.option(
-    "--method",
-    default=None,
-    help=_help(
-        f"Inference method, one of the registered methods ({', '.join(method_names())}; "
-        "each one's settings: inference.<method>_config in docs/config.md).",
-        config="inference.method",
-    ),
-)
-@click.option(
-    "--array-task-id",
-    type=int,
-    default=None,
-    help=_help(
-        "This task's slice of the plan, 0-based (with --array-task-count).",
-        default="the task's place in its SLURM array (from SLURM_ARRAY_TASK_ID, _MIN, _STEP: "
-        "--array=10-13 and --array=0-4:2 work), else 0",
-    ),
-)
-@click.option(
-    "--array-task-count",
-    type=int,
-    default=None,
-    help=_help(
-        "Tasks in the array; each runs a contiguous slice of the plan, in batches of the "
-        "campaign's lane count (never its slice size: one compiled program for all tasks).",
-        default="$SLURM_ARRAY_TASK_COUNT, else 1",
-    ),
-)
-@click.option(
-    "--array-indices",
-    default=None,
-    metavar="LIST",
-    help=_help(
-        "The SLURM array's index set when it is not a range (--array=1,3,5: SLURM's variables "
-        "cannot tell a task its place): the task with SLURM_ARRAY_TASK_ID i takes the slice "
-        "at i's place in LIST. Scripts from --emit-sbatch pass it when needed.",
-        default="none: ranges need nothing",
-    ),
-)
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help=_help(
-        "Print the plan (batches, what this array task runs, what is already "
-        "complete) and the disk it will take (measured from a realization already in "
-        "--output-dir, else from the posterior's shapes), and exit; nothing is computed "
-        "or written.",
-        default="off",
-    ),
-)
-@click.option(
-    "--pilot",
-    is_flag=True,
-    help=_help(
-        "A dry run that also compiles the campaign's program and times one batch of it: "
-        "the wall-time estimate of this task (compile time reported apart). Writes no "
-        "realization (the compilation cache is filled, so the run then starts warm).",
-        default="off",
-    ),
-)
-@click.option(
-    "--preview",
-    default=None,
-    metavar="PNG",
-    help=_help("Also write a PNG of the first stamps this task simulates.", default="none"),
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help=_help(
-        "Redo complete realizations too.", default="off: they are skipped, so a re-run resumes"
-    ),
-)
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help=_help("Progress bar.", default="on when stderr is a terminal"),
-)
-@click.option(
-    "--x64/--no-x64",
-    default=None,
-    help=_help(_X64_HELP, config="inference.precision"),
-)
-@click.option(
-    "--cache-dir",
-    default=None,
-    help=_help(_CACHE_HELP, default="$SHEARBATCH_CACHE_DIR, else <output-dir>/.jax-cache"),
-)
-@click.option(
-    "--emit-sbatch",
-    default=None,
-    metavar="FILE",
-    help=_help(
-        "Write a SLURM array script running this campaign (this same command, without "
-        "--emit-sbatch) and FILE's -stats twin (bias-extract + bias-stats, to submit with "
-        "--dependency=afterany on the array), then exit: nothing runs. Resources: the "
-        "--sbatch-* options over the config's campaign.sbatch section.",
-        default="none: run the campaign here",
-    ),
-)
-@click.option(
-    "--sbatch-tasks",
-    type=int,
-    default=None,
-    help=_help("Array tasks.", config="campaign.sbatch.tasks").replace(
-        "unset)]", "unset: one per batch of the plan, at most 1000)]"
-    ),
-)
-@click.option(
-    "--sbatch-array",
-    default=None,
-    metavar="INDICES",
-    help=_help(
-        "Array index set instead of 0-(tasks-1), e.g. 10-13 or 1,3,5.",
-        config="campaign.sbatch.array",
-    ),
-)
-@click.option(
-    "--sbatch-throttle",
-    type=int,
-    default=None,
-    help=_help(
-        "At most this many tasks at once (the %T of --array).", config="campaign.sbatch.throttle"
-    ),
-)
-@click.option(
-    "--sbatch-time",
-    default=None,
-    help=_help("Time limit per task, e.g. 01:00:00.", config="campaign.sbatch.time"),
-)
-@click.option(
-    "--sbatch-mem",
-    default=None,
-    help=_help("Memory per task, e.g. 8G.", config="campaign.sbatch.mem"),
-)
-@click.option(
-    "--sbatch-cpus",
-    type=int,
-    default=None,
-    help=_help("CPUs per task (--cpus-per-task).", config="campaign.sbatch.cpus"),
-)
-@click.option(
-    "--sbatch-gpus",
-    type=int,
-    default=None,
-    help=_help(
-        "GPUs per task (--gres=gpu:N); one per task is the usual choice.",
-        config="campaign.sbatch.gpus",
-    ),
-)
-@click.option(
-    "--sbatch-line",
-    multiple=True,
-    help=_help(
-        "Extra #SBATCH option, repeatable, e.g. --sbatch-line=--partition=gpu.",
-        config="campaign.sbatch.line",
-    ),
-)
-@click.option(
-    "--sbatch-setup",
-    multiple=True,
-    help=_help(
-        "Shell line run before bias-run, repeatable (module load, venv activation).",
-        default="campaign.sbatch.setup, else activate the virtual environment bias-run runs in",
-    ),
-)
-@click.option(
-    "--sbatch-stats/--no-sbatch-stats",
-    default=None,
-    help=_help(
-        "Also write the dependent bias-extract + bias-stats job.", config="campaign.sbatch.stats"
-    ),
-)
-@click.option(
-    "--sbatch-level",
-    default=None,
-    help=_help("bias-stats --level of the dependent job.", config="campaign.sbatch.level"),
-)
-@click.option(
-    "--overlap/--no-overlap",
-    default=True,
-    help=_help(
-        "Write batch k in background threads while batch k+1 is computed, or (--no-overlap) "
-        "each batch before the next starts.",
-        default="--overlap",
-    ),
-)
-@click.option(
-    "--lane-chunk",
-    default="auto",
-    metavar="auto|off|N",
-    help=_help(
-        "Lanes evaluated together inside the compiled program: auto = the method's measured "
-        "CPU chunk (MAP 4: narrow chunks keep their intermediates in cache and stop their "
-        "optimiser loops on their own, 1.5-3x faster; VI the whole batch; "
-        "bench/bench_chunking.py), the whole batch on GPUs; off = the whole batch. Speed "
-        "only: results agree to rounding, with the same step counts.",
-        default="auto",
-    ),
-)
-@click.option(
-    "--time-limit",
-    default=None,
-    help=_help(
-        "Wall-clock budget of this run (SECONDS, 45m, 2h, HH:MM:SS or D-HH:MM:SS): no batch "
-        "is started that would not end before it (exit 3; the same command resumes).",
-        default="SLURM_JOB_END_TIME when set, else none",
-    ),
-)
-@click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
-@_version_option()
-def _options() -> None:
-    """Holder of the options above (click keeps them in ``__click_params__``)."""
+def _campaign() -> None:
+    """Holder of the options above (the config and the campaign; click keeps them in
+    ``__click_params__``)."""
 
 
 def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """``f`` with every ``bias-run`` option (as if decorated by each), in ``--help``'s order."""
-    f.__click_params__ = [*getattr(f, "__click_params__", []), *_options.__click_params__]  # type: ignore[attr-defined]
+    f.__click_params__ = [
+        *getattr(f, "__click_params__", []),
+        *_submission.__click_params__,
+        *_execution.__click_params__,
+        *_campaign.__click_params__,
+    ]  # type: ignore[attr-defined]
     return f
