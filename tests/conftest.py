@@ -43,7 +43,8 @@ def write_config(path: Path, edits: dict | None = None, base: Path = LEVEL0) -> 
         keys = dotted.split(".")
         for k in keys[:-1]:
             node = node.setdefault(k, {})
-        node[keys[-1]] = value
+        # a copy: a later dotted edit into this value must not reach the caller's dict
+        node[keys[-1]] = copy.deepcopy(value)
     path.write_text(yaml.safe_dump(raw))
     return str(path)
 

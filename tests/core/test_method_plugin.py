@@ -191,3 +191,21 @@ def test_its_settings_are_checked_by_the_schema_and_exist_only_while_registered(
     assert not (tmp_path / "o").exists()
     with pytest.raises(ConfigError, match=r"inference\.rwm_config: unknown key"):
         load_config(write_config(tmp_path / "gone.yaml", TINY))
+
+
+def test_a_plug_in_fits_the_interim_model_only_when_registered_so(tmp_path):
+    """``register(..., interim=True)`` is what lets a plug-in take ``shear_model: interim``
+    (its Method then carries ``interim``, wrapped by core.methods.interim); without it the
+    schema refuses the config in one line naming the methods that do."""
+    cfg = write_config(tmp_path / "interim.yaml", {**TINY, "inference.shear_model": "interim"})
+    with registered():
+        assert not methods.supports_interim("rwm")
+        with pytest.raises(ConfigError, match=r"shear_model: interim needs method map or nuts"):
+            load_config(cfg)
+    methods.register("rwm", rwm, settings=RwmConfig, interim=True)
+    try:
+        assert methods.supports_interim("rwm")
+        assert load_config(cfg).inference.shear_model == "interim"
+    finally:
+        methods.REGISTRY.pop("rwm", None)
+    assert not methods.supports_interim("rwm") and methods.supports_interim("map")

@@ -21,8 +21,8 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from ..core import methods as _methods
 from ..core.methods import DEFAULT as DEFAULT_METHOD
-from ..core.methods import INTERIM, supports_interim
 from ..core.methods import names as method_names
+from ..core.methods import supports_interim
 from ..settings import Positive
 from ..settings import StrictModel as _Strict
 
@@ -38,7 +38,8 @@ class InferenceRules(_Strict):
         method = getattr(self, "method", DEFAULT_METHOD)
         if getattr(self, "shear_model", None) == "interim" and not supports_interim(method):
             raise ValueError(
-                f"shear_model: interim needs method {' or '.join(INTERIM)} (its draws carry "
+                f"shear_model: interim needs method "
+                f"{' or '.join(m for m in method_names() if supports_interim(m))} (its draws carry "
                 f"per-galaxy population weights), got {method}"
             )
         return self

@@ -64,32 +64,44 @@ class Entry(NamedTuple):
 
     factory: Factory | str
     settings: type | str | None = None
+    #: whether the method fits the interim model (``shear_model: interim``): its
+    #: :class:`Method` carries ``interim``, the per-galaxy variant :mod:`.interim` wraps
+    interim: bool = False
 
 
 #: name -> :class:`Entry`
 REGISTRY: dict[str, Entry] = {
-    "map": Entry("shearbatch.core.methods.map:method", "shearbatch.core.methods.map:MapConfig"),
+    "map": Entry(
+        "shearbatch.core.methods.map:method", "shearbatch.core.methods.map:MapConfig", True
+    ),
     "vi": Entry("shearbatch.core.methods.vi:method", "shearbatch.core.methods.vi:ViConfig"),
-    "nuts": Entry("shearbatch.core.methods.nuts:method", "shearbatch.core.methods.nuts:NutsConfig"),
+    "nuts": Entry(
+        "shearbatch.core.methods.nuts:method", "shearbatch.core.methods.nuts:NutsConfig", True
+    ),
 }
 
 
-#: methods that fit the interim model (``inference.shear_model: interim``): their draws
-#: carry per-galaxy population weights (``interim_log_weight``): MAP + Laplace draws with
-#: importance ratios, or NUTS with every galaxy its own sampler (exact draws)
+#: the built-in methods that fit the interim model (``inference.shear_model: interim``):
+#: their draws carry per-galaxy population weights (``interim_log_weight``): MAP + Laplace
+#: draws with importance ratios, or NUTS with every galaxy its own sampler (exact draws).
+#: A plug-in declares it with ``register(..., interim=True)`` (:func:`supports_interim`)
 INTERIM = ("map", "nuts")
 
 
 def supports_interim(name: str) -> bool:
-    """Whether method ``name`` can fit the interim model (:data:`INTERIM`)."""
-    return name.lower() in INTERIM
+    """Whether method ``name`` is registered as fitting the interim model."""
+    entry = REGISTRY.get(name.lower())
+    return isinstance(entry, Entry) and entry.interim
 
 
-def register(name: str, factory: Factory | str, settings: type | str | None = None) -> None:
+def register(
+    name: str, factory: Factory | str, settings: type | str | None = None, *, interim: bool = False
+) -> None:
     """Add (or replace) a method: ``factory(settings, **sections) -> Method``, with its
     settings model ``settings`` (the config section ``inference.<name>_config``; None:
-    none, and the factory takes no positional argument)."""
-    REGISTRY[name.lower()] = Entry(factory, settings)
+    none, and the factory takes no positional argument); ``interim``: it fits the interim
+    model too (its :class:`Method` carries ``interim``, wrapped by :mod:`.interim`)."""
+    REGISTRY[name.lower()] = Entry(factory, settings, interim)
 
 
 def names() -> tuple[str, ...]:
