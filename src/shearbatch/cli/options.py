@@ -1,5 +1,5 @@
 """What every command shares: one-line errors (exit 2), option help ending in its default,
-``--version`` (:mod:`.params`), logging set-up and the command line as given."""
+logging set-up and the command line as given."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 __all__ = ["_Command", "_check_out_path", "_example", "_fail", "_given", "_given_args", "_help",
-           "_setup_logging", "_version_option", "_write_failed"]  # fmt: skip
+           "_setup_logging", "_write_failed"]  # fmt: skip
 
 logger = logging.getLogger("shearbatch")
 
@@ -188,6 +188,3 @@ def _help(text: str, *, default: Any = None, config: str | None = None) -> str:
 def _example(*lines: str) -> str:
     """A command's epilog: a worked example, kept verbatim by click (``\\b``)."""
     return "\b\nExample:\n" + "\n".join(f"  {ln}" for ln in lines)
-
-
-from .params import _version_option  # noqa: E402  (re-exported: every command's --version)

@@ -14,9 +14,9 @@ from .options import (
     _given_args,
     _help,
     _setup_logging,
-    _version_option,
     _write_failed,
 )
+from .params import _version_option
 
 __all__ = ["bias_stats"]
 

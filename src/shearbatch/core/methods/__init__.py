@@ -85,7 +85,7 @@ REGISTRY: dict[str, Entry] = {
 #: their draws carry per-galaxy population weights (``interim_log_weight``): MAP + Laplace
 #: draws with importance ratios, or NUTS with every galaxy its own sampler (exact draws).
 #: A plug-in declares it with ``register(..., interim=True)`` (:func:`supports_interim`)
-INTERIM = ("map", "nuts")
+INTERIM = tuple(name for name, entry in REGISTRY.items() if entry.interim)
 
 
 def supports_interim(name: str) -> bool:

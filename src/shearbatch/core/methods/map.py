@@ -182,16 +182,11 @@ def default_tol(dtype, optimizer: str = "newton") -> float:
 #: convergence unchanged.
 MAX_STEP = 0.5
 
-#: half a Newton decrement (log density) below which a step that fails to shrink it
-#: stops the optimiser as converged (:func:`_newton`): the float floor of U is reached.
-#: A tenth of :data:`DECREMENT_TOL`: such a mode is within 0.0045 posterior sigma
-STALL_GAIN = 1e-5
-
 #: steps in the quadratic regime (half-decrement below 1e-3) without halving the smallest
-#: decrement so far after which :func:`_newton` stops (where the float floor lies above
-#: :data:`STALL_GAIN`: float32 at Level 2 (U ~ 3.5e4) measured 2e-5 to 2e-4, and those fits
-#: otherwise ran all 200 steps); whether the fit converged is then its decrement's to say
-#: (:data:`DECREMENT_TOL`)
+#: decrement so far after which :func:`_newton` stops: the float floor of U and its
+#: gradient is reached above the tolerance (float32 at Level 2, U ~ 3.5e4: 1e-6 to 2e-4
+#: measured, and those fits otherwise ran all 200 steps); whether the fit converged is
+#: then its decrement's to say (:data:`DECREMENT_TOL`)
 STALL_STEPS = 5
 
 
@@ -206,13 +201,10 @@ def _newton(
     (:func:`shearbatch.core.arrow.newton_direction`: exact Newton where H is positive
     definite, a descent direction elsewhere). Stops when half the Newton decrement,
     ``g^T H^-1 g / 2`` (the predicted decrease of U to the optimum, in log-density
-    units), is <= ``tol``, or, once it is below :data:`STALL_GAIN`, when a step did not
-    shrink it (the float resolution of U and its gradient is reached: measured in
-    float32 at Level 2, where one realization of 16 otherwise ran all 200 steps at a
-    half-decrement of ~1e-6 and held its batch in lockstep); or after
-    :data:`STALL_STEPS` steps of the quadratic regime without halving the smallest decrement
-    (a float floor above :data:`STALL_GAIN`; not reported as converged). A fit that
-    converges quadratically meets neither rule before the tolerance.
+    units), is <= ``tol``; or after :data:`STALL_STEPS` steps of the quadratic regime
+    without halving the smallest decrement (the float floor: such a fit held its batch in
+    lockstep for all the steps; not reported as the stopping rule met). A fit that
+    converges quadratically never meets the second rule before the tolerance.
     """
     grad_fn = jax.grad(fun)
     if layout is None:
@@ -225,15 +217,13 @@ def _newton(
         return (c[3] < num_steps) & ~c[4] & jnp.isfinite(c[1])
 
     def body(c):
-        x, f, _, i, _, (_, _, dec_prev, dec_min, n_stall) = c
+        x, f, _, i, _, (_, _, dec_min, n_stall) = c
         g, h = grad_fn(x), blocks_fn(x)
         p, dec = arrow.newton_direction(h, g, layout)
         p = p * jnp.minimum(1.0, MAX_STEP / jnp.max(jnp.abs(p)))  # p = 0: MAX_STEP / 0 = inf -> 1
-        # at the tolerance, or at the float floor: a decrement already below STALL_GAIN
-        # that the last step did not shrink (exact Newton shrinks it quadratically)
-        small = (0.5 * dec <= tol) | ((0.5 * dec <= STALL_GAIN) & (dec >= dec_prev))
-        # ... or STALL_STEPS steps of the quadratic regime without halving the smallest
-        # decrement so far (Newton's quadratic convergence shrinks it far faster)
+        small = 0.5 * dec <= tol
+        # at the float floor: STALL_STEPS steps of the quadratic regime without halving the
+        # smallest decrement so far (Newton's quadratic convergence shrinks it far faster)
         n_stall = jnp.where((0.5 * dec < 1e-3) & ~(dec < 0.5 * dec_min), n_stall + 1, 0)
         stalled = n_stall >= STALL_STEPS
         slope = jnp.dot(g, p)
@@ -258,7 +248,7 @@ def _newton(
         f_new = jnp.where(ok, f_new, f)
         gn = jnp.linalg.norm(g)
         return (x_new, f_new, gn, i + 1, small | ~ok,
-                (h, small, dec, jnp.minimum(dec_min, dec), n_stall))  # fmt: skip
+                (h, small, jnp.minimum(dec_min, dec), n_stall))  # fmt: skip
 
     h0 = jax.eval_shape(blocks_fn, x0)
     init = (
@@ -270,7 +260,6 @@ def _newton(
         (
             jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), h0),
             jnp.asarray(False),
-            jnp.asarray(jnp.inf, x0.dtype),
             jnp.asarray(jnp.inf, x0.dtype),
             jnp.asarray(0),
         ),
