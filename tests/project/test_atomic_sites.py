@@ -20,8 +20,9 @@ ALLOWED = {
     "existence is its content (whole or absent by construction)",
     ("runtime.py", "compile_lock", "open"): "the compilation cache's lock file (flock), "
     "never written",
-    ("io/writer.py", "write_posterior_nc", ".Dataset"): "netCDF4 writes the temporary file "
-    "that atomic.put_with hands it (write_realization)",
+    ("io/writer.py", "_write_netcdf4", ".Dataset"): "netCDF4 writes the temporary file "
+    "that atomic.put_with hands it (write_posterior_nc), or a template's sentinel file "
+    "(atomic.temporary_path, read and removed at once)",
     ("analysis/extract.py", "write_population", ".ZipFile"): "into the temporary file of "
     "atomic.replacing",
     ("analysis/extract.py", "write_population", ".open"): "members of that archive",

@@ -11,10 +11,17 @@
   ``galaxy`` coordinate variables; ``units`` and ``long_name`` on the variables
   of :mod:`shearbatch.io.variables`; float variables carry ``_FillValue = NaN``
   (what xarray writes). Root attrs: inference_method, run_id, seed, g1_true,
-  g2_true, batch_size, shearbatch version, config hash. Written with netCDF4
-  directly (measured ~2.5x cheaper per file than building an xarray DataTree,
+  g2_true, batch_size, shearbatch version, config hash. The bytes are those netCDF4
+  writes (measured ~2.5x cheaper per file than building an xarray DataTree,
   ``bench/bench_throughput.py``); the file reads back with ``xarray.open_datatree``
-  and ``arviz.from_netcdf`` exactly as before.
+  and ``arviz.from_netcdf`` exactly as before. Every file of one structure (the same
+  variables, shapes, dtypes, attribute names, types and lengths) but the first of each
+  in a process is made from a template of that structure instead (:mod:`.nctemplate`:
+  netCDF-C's bytes with the file's values and HDF5's metadata checksums put in, ~0.1
+  ms instead of netCDF-C and HDF5's ~1.5-2 ms of creating and closing the file); the
+  template is kept only if it gives the first file's bytes exactly, netCDF4 writes
+  the rest (values a template does not take: non-ASCII text, empty arrays, ...).
+  Written once, from memory, its whole-file checksum computed from the same bytes.
 - ``convergence.json``: a :class:`~shearbatch.core.convergence.Convergence` record
   (method-aware diagnostics and ``status``, "ok" or "failed" with a ``reason``);
   strict JSON (non-finite numbers become null). A record gets ``checksums`` of the three
@@ -56,7 +63,7 @@ import numpy as np
 
 from .._version import __version__
 from ..core.convergence import Convergence
-from . import atomic, integrity
+from . import atomic, integrity, nctemplate
 from .integrity import array_checksum
 from .layout import CONVERGENCE, FILES, POSTERIOR, TRUTH
 from .variables import VARIABLES
@@ -203,13 +210,31 @@ def _dims(name: str, arr: np.ndarray, lead: tuple[str, ...]) -> tuple[str, ...]:
     raise ValueError(f"{name}: unexpected shape {arr.shape}")
 
 
-def _define(group, name: str, data: np.ndarray, dims: tuple[str, ...],
-            sums: dict[str, Any] | None = None) -> tuple[Any, np.ndarray]:  # fmt: skip
-    """One variable defined as xarray encodes it: floats with ``_FillValue = NaN``, booleans
-    as int8 with ``dtype: "bool"``, integers without a fill value; returns ``(variable, the
-    array to put in it)`` (written by :func:`_put_all` once every variable of the file is
-    defined). ``sums``: where to record the checksum of the bytes to be written
-    (:func:`.integrity.array_checksum`)."""
+class _Var(NamedTuple):
+    """One variable of ``posterior.nc`` as it is stored (:func:`_variable`)."""
+
+    name: str
+    dims: tuple[str, ...]
+    data: np.ndarray
+    attrs: dict[str, Any]
+    fill: np.ndarray | None
+
+
+class _Group(NamedTuple):
+    """One group of ``posterior.nc``: its attributes, dimensions, data variables and
+    coordinate variables."""
+
+    name: str
+    attrs: dict[str, Any]
+    dims: dict[str, int]
+    variables: list[_Var]
+    coords: list[_Var]
+
+
+def _variable(name: str, data: np.ndarray, dims: tuple[str, ...]) -> _Var:
+    """One variable as xarray encodes it: floats with ``_FillValue = NaN``, booleans as
+    int8 with ``dtype: "bool"``, integers without a fill value; ``units`` and
+    ``long_name`` of :mod:`.variables`."""
     data = np.ascontiguousarray(data)
     attrs = {}
     if data.dtype == np.bool_:
@@ -217,12 +242,7 @@ def _define(group, name: str, data: np.ndarray, dims: tuple[str, ...],
     if name in VARIABLES and name not in dims:  # units and long_name (io/variables.py)
         attrs["units"], attrs["long_name"] = VARIABLES[name]
     fill = np.array(np.nan, data.dtype) if data.dtype.kind == "f" else None
-    var = group.createVariable(name, data.dtype, dims, fill_value=fill)
-    if attrs:
-        var.setncatts(attrs)
-    if sums is not None:
-        sums[f"{group.name}/{name}"] = array_checksum(data)
-    return var, data
+    return _Var(name, dims, data, attrs, fill)
 
 
 def _put_all(var, data: np.ndarray) -> None:
@@ -251,18 +271,13 @@ def _coordinate(size: int) -> np.ndarray:
 _COORDS: dict[int, np.ndarray] = {}
 
 
-def _group(root, name: str, variables: Mapping[str, tuple[tuple[str, ...], np.ndarray]],
-           coords: Mapping[str, int], group_attrs: Mapping[str, str],
-           sums: dict[str, Any] | None = None) -> list[tuple[Any, np.ndarray]]:  # fmt: skip
-    """Group ``name`` with its dimensions, variables and coordinate variables defined;
-    returns the ``(variable, array)`` pairs to write once the whole file is defined."""
-    g = root.createGroup(name)
-    g.setncatts(dict(group_attrs))
-    for dim, size in {**coords, **_dim_sizes(variables)}.items():  # an empty group keeps its
-        g.createDimension(dim, size)  # coordinates (a method without sample stats)
-    puts = [_define(g, k, arr, dims, sums) for k, (dims, arr) in variables.items()]
-    puts += [_define(g, dim, _coordinate(size), (dim,)) for dim, size in coords.items()]
-    return puts
+def _group(name: str, variables: Mapping[str, tuple[tuple[str, ...], np.ndarray]],
+           coords: Mapping[str, int], attrs: Mapping[str, Any]) -> _Group:  # fmt: skip
+    """Group ``name`` with its dimensions (an empty group keeps its coordinates: a method
+    without sample stats), variables and coordinate variables."""
+    return _Group(name, dict(attrs), {**coords, **_dim_sizes(variables)},
+                  [_variable(k, arr, dims) for k, (dims, arr) in variables.items()],
+                  [_variable(d, _coordinate(n), (d,)) for d, n in coords.items()])  # fmt: skip
 
 
 def _dim_sizes(variables) -> dict[str, int]:
@@ -274,18 +289,10 @@ def _dim_sizes(variables) -> dict[str, int]:
     return sizes
 
 
-def write_posterior_nc(
-    path: str | Path,
-    posterior: Mapping[str, np.ndarray],
-    sample_stats: Mapping[str, np.ndarray],
-    observed: np.ndarray,
-    attrs: Mapping[str, Any],
-) -> dict[str, Any]:
-    """``posterior.nc`` at ``path`` (not atomic by itself), written with netCDF4; returns
-    the checksums of the variables written (``{"<group>/<name>": ...}``, coordinates aside:
-    :func:`.integrity.array_checksum`)."""
-    import netCDF4
-
+def _content(posterior: Mapping[str, np.ndarray], sample_stats: Mapping[str, np.ndarray],
+             observed: np.ndarray, attrs: Mapping[str, Any],
+             created: str) -> tuple[dict[str, Any], list[_Group]]:  # fmt: skip
+    """What ``posterior.nc`` holds: its root attributes and its three groups."""
     lead = ("chain", "draw")
     post = {k: (_dims(k, np.asarray(v), lead), np.asarray(v)) for k, v in posterior.items()}
     stats = {k: (_dims(k, np.asarray(v), lead), np.asarray(v)) for k, v in sample_stats.items()}
@@ -294,29 +301,170 @@ def write_posterior_nc(
     post_coords = {"chain": n_chain, "draw": n_draw}
     if (n_gal := _dim_sizes(post).get("galaxy")) is not None:
         post_coords["galaxy"] = n_gal
-    created = datetime.now(UTC).isoformat(timespec="seconds")
+    stat_coords = {"chain": n_chain, "draw": n_draw}
+    if (n_gal := _dim_sizes(stats).get("galaxy")) is not None:  # per-galaxy statistics
+        stat_coords["galaxy"] = n_gal  # (the interim model's importance weights)
     group_attrs = {"created_at": created, "inference_library": "shearbatch"}
     root_attrs = {k: v for k, v in to_strict_json(dict(attrs)).items() if v is not None}
     root_attrs.setdefault("shearbatch_version", __version__)
-    sums: dict[str, Any] = {}
+    root_attrs = {k: int(v) if isinstance(v, bool) else v for k, v in root_attrs.items()}
+    groups = [_group("posterior", post, post_coords, group_attrs),
+              _group("sample_stats", stats, stat_coords, group_attrs),
+              _group("observed_data", {"obs": (("galaxy", "y", "x"), obs)},
+                     {"galaxy": obs.shape[0]}, group_attrs)]  # fmt: skip
+    return root_attrs, groups
+
+
+def _write_netcdf4(path: str, root_attrs: Mapping[str, Any], groups: list[_Group]) -> None:
+    """``posterior.nc``'s content written with netCDF4 at ``path`` (not atomic by itself)."""
+    import netCDF4
+
     with _NC_LOCK, netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
         ds.set_fill_off()  # every variable is written in full: no fill pass first
         ds.set_auto_maskandscale(False)
-        ds.setncatts({k: int(v) if isinstance(v, bool) else v for k, v in root_attrs.items()})
+        ds.setncatts(dict(root_attrs))
         # every group, dimension, variable and attribute is defined before any data is
         # written: netCDF-4 writes the file's metadata each time it leaves define mode, so a
         # variable written as soon as it is defined rewrites the metadata of all before it
         # (measured: 0.9 ms per Level 0 file this way, 2.8 ms the other)
-        puts = _group(ds, "posterior", post, post_coords, group_attrs, sums)
-        stat_coords = {"chain": n_chain, "draw": n_draw}
-        if (n_gal := _dim_sizes(stats).get("galaxy")) is not None:  # per-galaxy statistics
-            stat_coords["galaxy"] = n_gal  # (the interim model's importance weights)
-        puts += _group(ds, "sample_stats", stats, stat_coords, group_attrs, sums)
-        obs_vars = {"obs": (("galaxy", "y", "x"), obs)}
-        puts += _group(ds, "observed_data", obs_vars, {"galaxy": obs.shape[0]}, group_attrs,
-                       sums)  # fmt: skip
+        puts = []
+        for g in groups:
+            grp = ds.createGroup(g.name)
+            grp.setncatts(g.attrs)
+            for dim, size in g.dims.items():
+                grp.createDimension(dim, size)
+            for v in (*g.variables, *g.coords):
+                var = grp.createVariable(v.name, v.data.dtype, v.dims, fill_value=v.fill)
+                if v.attrs:
+                    var.setncatts(v.attrs)
+                puts.append((var, v.data))
         for var, data in puts:
             _put_all(var, data)
+
+
+# ---------------------------------------------------------------- posterior.nc from a template
+
+
+def _fields(root_attrs: Mapping[str, Any], groups: list[_Group]) -> list[Any]:
+    """The values of a file that differ between files of one structure (:mod:`.nctemplate`):
+    every data variable's array, then the root attributes, then each group's attributes."""
+    return [*(v.data for g in groups for v in g.variables), *root_attrs.values(),
+            *(x for g in groups for x in g.attrs.values())]  # fmt: skip
+
+
+def _with_fields(root_attrs: Mapping[str, Any], groups: list[_Group],
+                 values: list[Any]) -> tuple[dict[str, Any], list[_Group]]:  # fmt: skip
+    """The content with ``values`` (:func:`_fields`' order) in place of its own."""
+    it = iter(values)
+    groups = [g._replace(variables=[v._replace(data=next(it)) for v in g.variables])
+              for g in groups]  # fmt: skip
+    root = {k: next(it) for k in root_attrs}
+    return root, [g._replace(attrs={k: next(it) for k in g.attrs}) for g in groups]
+
+
+def _structure(root_attrs: Mapping[str, Any], groups: list[_Group], specs: list[tuple]) -> tuple:
+    """What a file's bytes depend on but its values: the key of its template. The variables'
+    attributes and fill values follow from their names, dtypes and ``dtype`` attribute; the
+    coordinates from the dimensions."""
+    return (tuple(root_attrs), tuple(specs),
+            tuple((g.name, tuple(g.attrs), tuple(g.dims.items()),
+                   tuple((v.name, v.dims, tuple(v.attrs.items())) for v in g.variables))
+                  for g in groups))  # fmt: skip
+
+
+#: False: every posterior.nc is written by netCDF4 (for comparisons)
+TEMPLATES = True
+#: posterior.nc templates by structure (:func:`_structure`): a :class:`.nctemplate.Template`,
+#: or None for a structure netCDF4 writes (its template could not be made, or its first
+#: file differed from netCDF4's)
+_TEMPLATES: dict[tuple, Any] = {}
+#: the most structures a process keeps templates of (netCDF4 writes the others)
+_TEMPLATES_MAX = 64
+_TEMPLATE_LOCK = threading.Lock()
+_FULL: list[bool] = []  # [True] once that is logged
+
+
+def _first_use(key: tuple, specs: list[tuple], values: list[Any], root_attrs: dict[str, Any],
+               groups: list[_Group], written: bytes, near: str) -> None:  # fmt: skip
+    """The template of a structure, made (:func:`.nctemplate.build`, its sentinel files
+    written next to ``near`` and removed) and kept only if it renders ``values`` as the
+    bytes netCDF4 ``written``; a structure that has none is logged once."""
+
+    def write(vals: list[Any]) -> bytes:
+        root, grps = _with_fields(root_attrs, groups, vals)
+        tmp = os.fspath(atomic.temporary_path(near))
+        try:
+            _write_netcdf4(tmp, root, grps)
+            with open(tmp, "rb") as fh:
+                return fh.read()
+        finally:
+            _unlink(tmp)
+
+    with _TEMPLATE_LOCK:
+        if key in _TEMPLATES:
+            return
+        if len(_TEMPLATES) >= _TEMPLATES_MAX:  # netCDF4 writes the other structures
+            if not _FULL:
+                _FULL.append(True)
+                logger.info("posterior.nc: %d file structures in this process, the most "
+                            "templates kept; netCDF4 writes the others", _TEMPLATES_MAX)  # fmt: skip
+            return
+        tpl = None
+        try:
+            tpl = nctemplate.build(specs, write)
+            if not np.array_equal(tpl.render(values), np.frombuffer(written, np.uint8)):
+                raise nctemplate.TemplateError("its first file differs from netCDF4's")
+        except Exception as err:  # any failure: netCDF4 writes the files of this structure
+            logger.debug("posterior.nc template", exc_info=True)
+            tpl = None
+            logger.info("posterior.nc of this structure is written by netCDF4, not from a "
+                        "template: %s", err)  # fmt: skip
+        _TEMPLATES[key] = tpl
+
+
+def write_posterior_nc(
+    path: str | Path,
+    posterior: Mapping[str, np.ndarray],
+    sample_stats: Mapping[str, np.ndarray],
+    observed: np.ndarray,
+    attrs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``posterior.nc`` at ``path``, atomically (:func:`_atomic_write`; the directory
+    exists); returns its checksums: ``{"variables": {"<group>/<name>": ...}`` (coordinates
+    aside: :func:`.integrity.array_checksum`), ``"posterior": {"bytes", "crc32"}`` (the
+    whole file)}.
+
+    The bytes are those netCDF4 writes. A file of a structure written before in this
+    process is its template's bytes with its values put in (:mod:`.nctemplate`); the first
+    file of each structure is written by netCDF4 and the template made then is kept only
+    if it gives the same bytes (one INFO line where it does not: netCDF4 then writes every
+    file of that structure, as it does a file with a value a template does not take)."""
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    root_attrs, groups = _content(posterior, sample_stats, observed, attrs, created)
+    variables = {f"{g.name}/{v.name}": array_checksum(v.data) for g in groups for v in g.variables}
+    sums: dict[str, Any] = {"variables": variables}
+    path = os.fspath(path)
+    key = specs = values = None
+    if TEMPLATES:
+        values = _fields(root_attrs, groups)
+        specs = [nctemplate.field_spec(v) for v in values]
+        key = None if None in specs else _structure(root_attrs, groups, specs)
+    tpl = _TEMPLATES.get(key) if key is not None else None
+    if tpl is not None:
+        data = tpl.render(values)
+        atomic.put_bytes(path, data, durable=False, parent=False)
+        sums["posterior"] = {"bytes": len(data), "crc32": integrity.crc(data)}
+        return sums
+
+    def write(tmp: str) -> None:
+        _write_netcdf4(tmp, root_attrs, groups)
+        with open(tmp, "rb") as fh:
+            data = fh.read()
+        sums["posterior"] = {"bytes": len(data), "crc32": integrity.crc(data)}
+        if key is not None and key not in _TEMPLATES:
+            _first_use(key, specs, values, root_attrs, groups, data, path)
+
+    _atomic_write(path, write, parent=False)
     return sums
 
 
@@ -343,13 +491,7 @@ def write_realization(
     _unlink(conv_path)  # a redone directory is incomplete meanwhile
     try:
         truth_text = write_json(truth_path, truth, parent=False)
-        sums: dict[str, Any] = {}
-
-        def write_nc(tmp: str) -> None:
-            sums["variables"] = write_posterior_nc(tmp, posterior, sample_stats, observed, attrs)
-            sums["posterior"] = integrity.file_checksum(tmp)
-
-        _atomic_write(nc_path, write_nc, parent=False)
+        sums = write_posterior_nc(nc_path, posterior, sample_stats, observed, attrs)
         if isinstance(convergence, Convergence):
             conv = convergence.to_json()
             conv.pop(integrity.KEY, None)  # last, with its own checksum last (integrity.seal)
