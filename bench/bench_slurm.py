@@ -158,7 +158,8 @@ def run(work: Path, *, tasks: int = 4, throttle: int = 2, stamp: int = 16,
     # process with two (CPU) devices: every lane count split over them
     for name, extra_env in (("single", {}),
                             ("multi_device",
-                             {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})):  # fmt: skip
+                             {"XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+                              "SHEARBATCH_CPU_LANE_SPLIT": "1"})):  # fmt: skip
         out = work / name
         e = {**env, **extra_env}
         t1 = time.perf_counter()

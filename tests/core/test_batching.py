@@ -98,3 +98,32 @@ def test_map_chunked_matches_a_batch_of_its_width(map_programs):
 
 def test_map_chunked_matches_the_unchunked_batch(map_programs):
     _same_to_rounding(map_programs["chunked"], map_programs["whole"])
+
+
+class _Dev:
+    def __init__(self, platform: str, i: int):
+        self.platform, self.id, self.device_kind = platform, i, platform
+
+
+def test_several_cpu_devices_get_no_mesh_unless_asked(monkeypatch, caplog):
+    """Two CPU devices are not split by default (a Level 2 batch deadlocked in jaxlib's
+    batched LAPACK kernels that way), with a warning naming the override; the override
+    and explicit devices split; GPUs always split."""
+    from shearbatch.core import batching
+
+    cpus = [_Dev("cpu", 0), _Dev("cpu", 1)]
+    monkeypatch.setattr(jax, "local_devices", lambda: cpus)
+    monkeypatch.setattr(jax.sharding, "Mesh", lambda devs, axes: ("mesh", len(devs), axes))
+    monkeypatch.delenv(batching.CPU_SPLIT_ENV, raising=False)
+    with caplog.at_level("WARNING", logger="shearbatch.core.batching"):
+        assert batching.lane_mesh() is None
+    assert "2 CPU devices: lanes are not split" in caplog.text
+    assert batching.CPU_SPLIT_ENV in caplog.text
+    assert batching.lane_mesh(cpus) == ("mesh", 2, (batching.LANES,))
+    monkeypatch.setenv(batching.CPU_SPLIT_ENV, "1")
+    assert batching.lane_mesh() == ("mesh", 2, (batching.LANES,))
+    monkeypatch.delenv(batching.CPU_SPLIT_ENV)
+    monkeypatch.setattr(jax, "local_devices", lambda: [_Dev("gpu", 0), _Dev("gpu", 1)])
+    assert batching.lane_mesh() == ("mesh", 2, (batching.LANES,))
+    monkeypatch.setattr(jax, "local_devices", lambda: cpus[:1])
+    assert batching.lane_mesh() is None

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from shearbatch.core.batching import CPU_SPLIT_ENV
 from shearbatch.io import read_json, read_posterior
 from tests.conftest import OPTIMIZER_SD_TOL, max_diff_sd, write_config
 
@@ -18,6 +19,7 @@ def run(cfg, out, batch: int, devices: int) -> str:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     if devices > 1:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        env[CPU_SPLIT_ENV] = "1"  # CPU devices are not split by default (lane_mesh)
     cmd = [*BIAS_RUN, "--config", cfg, "--shear-grid", "0.01", "0.03", "--n-realizations", "4",
            "--batch-size", str(batch), "--x64", "--no-progress", "--output-dir", str(out)]  # fmt: skip
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

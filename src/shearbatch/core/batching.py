@@ -30,11 +30,15 @@ scan over many cheap steps such as VI's).
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "LANES",
@@ -84,12 +88,35 @@ def _in_chunks(vfn: Callable[..., Any], chunk: int) -> Callable[..., Any]:
     return run
 
 
+#: set to 1 to split lanes over several CPU devices anyway (the tests of the multi-device
+#: path do, at Level 0, where it has not hung)
+CPU_SPLIT_ENV = "SHEARBATCH_CPU_LANE_SPLIT"
+
+
 def lane_mesh(devices: Sequence[Any] | None = None) -> jax.sharding.Mesh | None:
-    """A one-axis mesh over ``devices`` (default: every local device); None for one device."""
+    """A one-axis mesh over ``devices`` (default: every local device); None for one device.
+
+    By default several **CPU** devices (``XLA_FLAGS=--xla_force_host_platform_device_count``)
+    get no mesh: their programs share one intra-op thread pool, and jaxlib's batched
+    LAPACK kernels (the triangular solves of the Laplace algebra) fan out into that pool
+    and wait for it from inside it. A Level 2 batch on two CPU devices of the 2-core
+    machine hung that way for good (both pool threads in ``lapack_dtrsm_ffi`` ->
+    ``ParallelBatchMap``, load 0; ``--xla_cpu_multi_thread_eigen=false`` did not help).
+    Array tasks, one per core, are the way to use a CPU's cores (docs/slurm.md);
+    ``SHEARBATCH_CPU_LANE_SPLIT=1`` splits anyway (the multi-device tests)."""
     import numpy as np
 
     devs = list(jax.local_devices() if devices is None else devices)
-    return jax.sharding.Mesh(np.array(devs), (LANES,)) if len(devs) > 1 else None
+    if len(devs) < 2:
+        return None
+    if (devices is None and all(d.platform == "cpu" for d in devs)
+            and os.environ.get(CPU_SPLIT_ENV, "") != "1"):  # fmt: skip
+        logger.warning("%d CPU devices: lanes are not split over them (XLA's CPU runtime can "
+                       "deadlock when CPU devices run batched LAPACK kernels at once); run "
+                       "one array task per core instead, or set %s=1 to split anyway",
+                       len(devs), CPU_SPLIT_ENV)  # fmt: skip
+        return None
+    return jax.sharding.Mesh(np.array(devs), (LANES,))
 
 
 def lanes_for(batch_size: int, mesh: jax.sharding.Mesh | None) -> int:
