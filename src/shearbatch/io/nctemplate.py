@@ -216,14 +216,17 @@ class Checksum(NamedTuple):
         return lookup3(buf, self.start, self.stop)
 
     def holds(self, buf: np.ndarray) -> bool:
+        """Whether ``buf`` holds this checksum (``buf`` unchanged)."""
         stored = int.from_bytes(buf[self.at : self.at + 4].tobytes(), "little")
-        return self.value(buf.copy()) == stored
+        block = buf[self.start : max(self.stop, self.at + 4)].copy()  # the block alone
+        return self._replace(start=0, stop=self.stop - self.start,
+                             at=self.at - self.start).value(block) == stored  # fmt: skip
 
 
-def _checksum_at(a: np.ndarray, b: np.ndarray, lo: int, hi: int) -> Checksum:
+def _checksum_at(a: np.ndarray, b: np.ndarray, raw: bytes, lo: int, hi: int) -> Checksum:
     """The checksum of both files whose 4 bytes hold ``a``'s and ``b``'s differences in
-    ``[lo, hi]`` (the module doc's two kinds of block), or :class:`TemplateError`."""
-    raw = a.tobytes()
+    ``[lo, hi]`` (the module doc's two kinds of block; ``raw``: ``a``'s bytes), or
+    :class:`TemplateError`."""
     for at in range(max(0, hi - 3), lo + 1):
         start = max(raw.rfind(sig, 0, at) for sig in SIGNATURES)
         if start < 0:
@@ -310,7 +313,7 @@ def build(specs: Sequence[tuple], write: Callable[[list[Any]], bytes], seed: int
         j = i
         while j + 1 < len(rest) and rest[j + 1] < lo + 4:
             j += 1
-        c = _checksum_at(a, b, lo, int(rest[j]))
+        c = _checksum_at(a, b, fa, lo, int(rest[j]))
         if covered[c.at : c.at + 4].any():
             raise TemplateError("a checksum overlaps a value")
         covered[c.at : c.at + 4] = True
