@@ -10,6 +10,8 @@
 # STEPS=2500) was started to end before the session did; a single-task pass over the
 # n=2500 plan (the line after xargs below) then ran the 304 images the killed tasks left,
 # and the 19 that fail every time (recorded as failed). 2,500 seeds, 20,000 images.
+# Then grown to 3,000 seeds: array tasks 25-29 and 55-59 of 60 at n=3000 (the slices of
+# the new seeds, two at a time), the single-task pass, bias-extract and bias-stats.
 # No step is started that would not end before DEADLINE (a time of day).
 # python -m shearbatch = bias-run / bias-extract / bias-stats.
 set -u
