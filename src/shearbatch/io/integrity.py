@@ -36,6 +36,7 @@ __all__ = [
     "ALGORITHM",
     "KEY",
     "array_checksum",
+    "bytes_checksum",
     "checksums",
     "crc",
     "dataset_problem",
@@ -99,10 +100,14 @@ def record_checksum(data: bytes, value: str) -> str | None:
     return crc(data[:at] + _PLACEHOLDER.encode() + data[at + len(_PLACEHOLDER) :])
 
 
+def bytes_checksum(data: bytes | memoryview | np.ndarray) -> dict[str, Any]:
+    """The whole-file checksum of a file whose bytes are ``data``."""
+    return {"bytes": len(data), "crc32": crc(data)}
+
+
 def file_checksum(path: str | Path) -> dict[str, Any]:
     with open(path, "rb") as fh:
-        data = fh.read()
-    return {"bytes": len(data), "crc32": crc(data)}
+        return bytes_checksum(fh.read())
 
 
 def checksums(*, truth_text: str, posterior: Mapping[str, Any],

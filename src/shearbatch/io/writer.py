@@ -453,14 +453,14 @@ def write_posterior_nc(
     if tpl is not None:
         data = tpl.render(values)
         atomic.put_bytes(path, data, durable=False, parent=False)
-        sums["posterior"] = {"bytes": len(data), "crc32": integrity.crc(data)}
+        sums["posterior"] = integrity.bytes_checksum(data)
         return sums
 
     def write(tmp: str) -> None:
         _write_netcdf4(tmp, root_attrs, groups)
         with open(tmp, "rb") as fh:
             data = fh.read()
-        sums["posterior"] = {"bytes": len(data), "crc32": integrity.crc(data)}
+        sums["posterior"] = integrity.bytes_checksum(data)
         if key is not None and key not in _TEMPLATES:
             _first_use(key, specs, values, root_attrs, groups, data, path)
 
