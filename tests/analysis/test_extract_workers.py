@@ -103,6 +103,13 @@ def test_an_interim_realization_is_read_without_jax_as_before(tmp_path):
     assert row["g2_std"] == pytest.approx(f.err[1], rel=1e-9)
     assert row["pop_ess_min"] == pytest.approx(float(np.min(f.ess / f.n_draws)), rel=1e-9)
     assert row["pop_n_collapsed"] == int(f.collapsed.sum())
+    # the reliability flag: each galaxy's Pareto k-hat (ArviZ's PSIS) at the estimate
+    from shearbatch.core import population_np as pnp
+
+    kh = pnp.pareto_khat_at(f.g, eps, lw, pnp.ShapePrior(prior, prior))
+    assert np.all(np.isfinite(kh))
+    assert row["pop_khat_max"] == pytest.approx(float(np.max(kh)), abs=1e-3)
+    assert row["pop_n_khat_high"] == int(np.sum(kh > pnp.khat_threshold(f.n_draws)))
     # what the sidecar keeps: the float32 draws and the float32 log-weights less their maximum
     kept = row["_population"]
     np.testing.assert_array_equal(kept["eps"], eps.astype(np.float32))

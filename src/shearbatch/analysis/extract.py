@@ -104,6 +104,7 @@ SUMMARY_COLUMNS = [
     "config_hash",
     # the interim model's population fit (core/population.py)
     "shear_model", "pop_n_galaxies", "pop_ess_min", "pop_n_collapsed", "is_ess_min",
+    "pop_khat_max", "pop_n_khat_high",
     # False: a directory that is not in the campaign's plan (analysis/progress.py); empty
     # without a campaign.json
     "in_plan",
@@ -233,8 +234,10 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence,
     """Summary columns of an interim-model realization: g from its own galaxies' pooled
     marginal likelihood (:func:`shearbatch.core.population_np.fit`, the NumPy form of
     :func:`shearbatch.core.population.fit`; mean = median = mode = the maximum, std from
-    the curvature, Gaussian quantiles and rank), the per-galaxy ESS of the weights and the
-    flags ``POP_WEIGHTS_COLLAPSED`` / ``POP_FIT_FAILED``. Returns ``(row, flags, draws)`` or
+    the curvature, Gaussian quantiles and rank), the per-galaxy ESS and Pareto k-hat of the
+    weights at the estimate (``pop_khat_max``, ``pop_n_khat_high``: above
+    :func:`~shearbatch.core.population_np.khat_threshold`) and the flags
+    ``POP_WEIGHTS_COLLAPSED`` (a galaxy's k-hat above it) / ``POP_FIT_FAILED``. Returns ``(row, flags, draws)`` or
     None for the joint model. No JAX: this runs in bias-extract's reader processes."""
     from scipy import stats as st
 
@@ -252,7 +255,12 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence,
     imp = conv.diagnostics.get("importance")
     imp = imp if isinstance(imp, Mapping) else {}
     row["is_ess_min"] = imp.get("min")
-    flags = fl.flag("POP_WEIGHTS_COLLAPSED") if f.collapsed.any() else 0
+    # the reliability of each galaxy's weights: Pareto k-hat at the estimate (ArviZ's PSIS)
+    khat = pnp.pareto_khat_at(f.g, d["eps"], d["log_base"], pnp.ShapePrior(*d["population"]))
+    high = khat > pnp.khat_threshold(f.n_draws)
+    row["pop_khat_max"] = float(np.nanmax(khat)) if np.isfinite(khat).any() else math.nan
+    row["pop_n_khat_high"] = int(high.sum())
+    flags = fl.flag("POP_WEIGHTS_COLLAPSED") if high.any() else 0
     ok = f.converged and np.all(np.isfinite(f.err))
     if not ok:
         flags |= fl.flag("POP_FIT_FAILED")

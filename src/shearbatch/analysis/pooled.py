@@ -125,6 +125,12 @@ def pooled_fits(
     prior = population.get("prior") or pnp.ShapePrior(*population["priors"])
     est, jk, rep = {}, {s: {} for s in uniq}, []
     g_scale = max(float(np.max(np.abs(points))), 1e-300)  # the grid's largest |g_true|
+    # per-galaxy Pareto k-hat above its threshold, as bias-extract counted it per realization
+    n_khat = None
+    if "pop_n_khat_high" in rows:
+        khat_rows = rows.loc[~rows.index.duplicated()]
+        n_khat = (khat_rows[["g1_true", "g2_true"]].to_numpy(float).round(12),
+                  pd.to_numeric(khat_rows["pop_n_khat_high"], errors="coerce").to_numpy(float))
     for p in points:
         sel = np.all(truth == p, axis=1)
         f = pnp.fit(eps, base, prior, index=rows_of[sel], threads=threads)
@@ -144,7 +150,9 @@ def pooled_fits(
                     "status": f.status, "converged": f.converged, "flagged": flagged,
                     "n_galaxies": f.n_galaxies,
                     "ess_fraction_min": float(np.min(f.ess / k)),
-                    "n_collapsed": int(f.collapsed.sum())})  # fmt: skip
+                    "n_collapsed": int(f.collapsed.sum()),
+                    "n_khat_high": None if n_khat is None else int(np.nansum(
+                        n_khat[1][np.all(n_khat[0] == p, axis=1)]))})  # fmt: skip
         grad, hess = f.galaxy_grad, f.galaxy_hess  # per galaxy, at the estimate
         ok = np.all(np.isfinite(grad), axis=1)  # galaxies without support: not in the fit
         grad, hess = grad[ok], hess[ok]

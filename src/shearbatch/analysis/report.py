@@ -267,10 +267,13 @@ def summary_lines(res: BiasResult, results: Path | None = None,
     if pr := res.population:
         worst = min(p["ess_fraction_min"] for p in pr["grid_points"])
         coll = sum(p["n_collapsed"] for p in pr["grid_points"])
+        khat = [p.get("n_khat_high") for p in pr["grid_points"]]
+        khat_s = ("" if any(k is None for k in khat) else
+                  f"; {sum(khat)} with Pareto k-hat above its threshold")  # fmt: skip
         out.append(f"  population estimator pooled per grid point: {pr['n_galaxies']} galaxies "
                    f"of {pr['n_seeds']} seeds over {len(pr['grid_points'])} grid point(s); "
                    f"smallest per-galaxy ESS {worst:.2g} of the draws, {coll} galaxies with "
-                   "collapsed weights at the estimate")  # fmt: skip
+                   f"ESS below 10% at the estimate{khat_s}")  # fmt: skip
         out.append(_numerical_line(pr["grid_points"], pr.get("num_err_m_max", 1e-4)))
     for name, n in (res.warnings or {}).items():
         out.append(f"  WARNING {name} in {n} used realization(s): {fl.FLAGS[name][1]}")

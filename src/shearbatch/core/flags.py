@@ -61,8 +61,8 @@ FLAGS: dict[str, tuple[int, str]] = {
     # the interim model's population fit (bias-extract, core/population.py)
     "POP_WEIGHTS_COLLAPSED": (
         1 << 16,
-        "population weights collapsed: a galaxy's importance "
-        "weights have ESS below 10% of its draws",
+        "population weights unreliable: a galaxy's importance weights have a Pareto "
+        "k-hat above min(1 - 1/log10(draws), 0.7) at the estimate",
     ),
     "POP_FIT_FAILED": (
         1 << 17,

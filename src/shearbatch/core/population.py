@@ -15,7 +15,8 @@ reduced-shear composition (complex notation, ``g`` and ``e`` reduced shears)
 the marginal likelihood of a shear ``g`` shared by the galaxies is, up to a
 factor independent of ``g`` (the interim evidence of each galaxy),
 
-.. math:: \log L(g) = \sum_i \log \frac{1}{K} \sum_k w_{ik}(g), \qquad
+.. math:: \log L(g) = \sum_i \Big[\log \frac{1}{K} \sum_k w_{ik}(g)
+          + \frac{1}{2}\Big(\sum_j P_{ij}^2 - \frac{1}{J}\Big)\Big], \qquad
           w_{ik}(g) = p_e\big(e(\epsilon_{ik}, g)\big)
                       \Big|\frac{\partial e}{\partial \epsilon}\Big|_{ik}
                       \frac{p_\nu(\nu_{ik})}{\pi(\epsilon_{ik}, \nu_{ik})}
@@ -23,7 +24,10 @@ factor independent of ``g`` (the interim evidence of each galaxy),
 
 the importance-sampling estimate of :math:`\int p(d_i | \epsilon, \nu)\,
 p(\epsilon | g)\, p_\nu(\nu)\, d\epsilon\, d\nu` (nuisances integrated, not
-profiled). ``r_ik = 1`` for exact posterior draws (NUTS); for draws from an
+profiled), with the delta-method correction of the log's finite-draw bias
+(``P_ij``: the normalised weight of galaxy i's antithetic pair j of draws, J pairs;
+:func:`shearbatch.core.population_np.correction`).
+``r_ik = 1`` for exact posterior draws (NUTS); for draws from an
 approximation ``q`` (MAP + Laplace) ``r_ik = p(d | x_ik) pi(x_ik) / q(x_ik)``
 (up to a constant), which corrects the approximation exactly as K grows. Every
 ``g``-independent factor enters through one per-draw ``log_base`` =
@@ -166,10 +170,19 @@ def log_weights(g: jax.Array, eps: jax.Array, log_base: jax.Array, log_pe: LogPr
 
 
 def _galaxy_terms(g, eps, log_base, log_pe):
-    """``log (1/K_i) sum_k w_ik(g)`` (N,), K_i the galaxy's valid draws."""
+    """``log (1/K_i) sum_k w_ik(g)`` (N,), K_i the galaxy's valid draws, plus the
+    delta-method correction of its finite-draw bias over the antithetic pairs of draws,
+    ``(sum_j P_ij^2 - 1/J) / 2`` (:func:`shearbatch.core.population_np.correction`; 0 for
+    a galaxy without support)."""
     lw = log_weights(g, eps, log_base, log_pe)
     k = jnp.sum(jnp.isfinite(log_base), axis=-1)
-    return jax.nn.logsumexp(lw, axis=-1) - jnp.log(jnp.maximum(k, 1))
+    lse = jax.nn.logsumexp(lw, axis=-1)
+    ok = jnp.isfinite(lse)
+    p = jnp.exp(lw - jnp.where(ok, lse, 0.0)[..., None])
+    n, h = p.shape[-1], (p.shape[-1] + 1) // 2
+    pairs = p[..., :h].at[..., : n - h].add(p[..., h:])
+    corr = 0.5 * (jnp.sum(pairs * pairs, axis=-1) - 1.0 / h)
+    return lse - jnp.log(jnp.maximum(k, 1)) + jnp.where(ok, corr, 0.0)
 
 
 def log_likelihood(
