@@ -27,12 +27,14 @@ import numpy as np
 from .campaign import Realization, make_batches
 from .core.batching import (
     batched,
+    batched_fit,
     chunk_width,
     default_chunk,
     lane_mesh,
     lanes_for,
     pad_to,
     realization_keys,
+    refill_lanes,
 )
 from .core.checks import chi2_program
 from .core.generate import SimBatch
@@ -86,11 +88,18 @@ class CampaignReport(NamedTuple):
 
 
 def inference_program(
-    spec: RunSpec, mesh: jax.sharding.Mesh | None = None, chunk: int | None = None
+    spec: RunSpec,
+    mesh: jax.sharding.Mesh | None = None,
+    chunk: int | None = None,
+    refill: bool = True,
 ) -> tuple[Any, Callable[[jax.Array, jax.Array], Any]]:
     """``(method, program)``: the batched ``program(keys, obs) -> Draws`` of ``spec``'s
     method (lanes split over ``mesh``'s devices when given, evaluated ``chunk`` lanes at
-    a time when given: :func:`shearbatch.core.batching.batched`).
+    a time when given: :func:`shearbatch.core.batching.batched`). A method with a
+    batch-level fit (:attr:`~shearbatch.core.methods.base.Method.fit_batch`: MAP's
+    interim fit, whose optimiser lanes are refilled from the batch) runs that
+    (:func:`shearbatch.core.batching.batched_fit`) unless ``refill`` is False (the
+    vmapped per-realization fit in lockstep, for comparison).
 
     Where an entry point set a store of exported programs (``runtime.configure``), a
     one-device program is an :class:`~shearbatch.exported.Exportable`: exported on its
@@ -99,15 +108,22 @@ def inference_program(
     from . import exported
 
     method = get_method(spec.inference)
+    if not refill:
+        method = method._replace(fit_batch=None)
 
     def build() -> Callable[[jax.Array, jax.Array], Any]:
         post = build_posterior(spec.model)
+        if method.fit_batch is not None:
+            return batched_fit(lambda keys, obs, c: method.fit_batch(keys, obs, post, c),
+                               mesh, chunk)  # fmt: skip
         return batched(lambda key, obs: method.fit(key, obs, post), mesh, chunk)
 
     if mesh is not None or exported.store() is None:  # shard_map: traced by every process
         return method, build()
     what = {"program": "inference", "model": spec.model, "method": spec.method,
             "inference": spec.inference, "chunk": chunk, "fit": exported.code_of(method.fit)}  # fmt: skip
+    if method.fit_batch is not None:  # (a key without it names the vmapped fit's program)
+        what["fit_batch"] = exported.code_of(method.fit_batch)
     return method, exported.exportable(build, what, "inference program")
 
 
@@ -474,7 +490,11 @@ def run_campaign(
     batch_size = lanes.batch
     batches = make_batches(todo, batch_size)
     per_device = lanes.width // n_dev
-    if (width := chunk_width(per_device, chunk)) is not None:
+    if method.fit_batch is not None:  # the lanes of a refilled fit are the method's own
+        width = None
+        logger.info("%s: optimiser lanes refilled from the batch (%d lanes per device)",
+                    spec.method, refill_lanes(per_device, chunk))  # fmt: skip
+    elif (width := chunk_width(per_device, chunk)) is not None:
         logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
                     width, per_device // width)  # fmt: skip
     check = chi2_program(spec.model)  # the residual at each estimate (core/checks.py)

@@ -42,13 +42,17 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "LANES",
+    "REFILL_DEPTH",
     "batched",
+    "batched_fit",
     "chunk_width",
     "default_chunk",
+    "in_chunks",
     "lane_mesh",
     "lanes_for",
     "pad_to",
     "realization_keys",
+    "refill_lanes",
 ]
 
 #: the mesh axis of the realization (lane) dimension
@@ -74,7 +78,7 @@ def chunk_width(lanes: int, chunk: int | None) -> int | None:
     return None
 
 
-def _in_chunks(vfn: Callable[..., Any], chunk: int) -> Callable[..., Any]:
+def in_chunks(vfn: Callable[..., Any], chunk: int) -> Callable[..., Any]:
     """``vfn`` (vmapped over the leading axis) evaluated ``chunk`` lanes at a time."""
 
     def run(*args: Any) -> Any:
@@ -86,6 +90,52 @@ def _in_chunks(vfn: Callable[..., Any], chunk: int) -> Callable[..., Any]:
         return jax.tree.map(lambda a: a.reshape(lanes, *a.shape[2:]), out)
 
     return run
+
+
+#: realizations queued per refilled lane when no lane chunk is asked for
+#: (:func:`refill_lanes`): a batch of B realizations runs its refilled optimiser on B / 4
+#: lanes. Measured at Level 2, B = 32 on the 2-core CPU (bench/bench_lockstep.py)
+REFILL_DEPTH = 4
+
+
+def refill_lanes(realizations: int, chunk: int | None) -> int:
+    """The lanes of a refilled fit (:attr:`~shearbatch.core.methods.base.Method.fit_batch`)
+    of ``realizations`` per device: the lane chunk when one is asked for (its lanes are then
+    refilled from the whole batch instead of each chunk waiting for its slowest lane), else
+    ``ceil(realizations / REFILL_DEPTH)``; at most ``realizations``."""
+    if chunk:
+        return max(1, min(int(chunk), realizations))
+    return max(1, -(-realizations // REFILL_DEPTH))
+
+
+def _on_mesh(fn: Callable[..., Any], mesh: jax.sharding.Mesh | None) -> Callable[..., Any]:
+    """``jit(fn)``; with a ``mesh``, each device runs ``fn`` on its block of the leading
+    axis (``shard_map``, no communication)."""
+    if mesh is None:
+        return jax.jit(fn)
+    spec = jax.sharding.PartitionSpec(LANES)
+    # check_vma off: the per-realization code has no collectives, and its loops start
+    # from constants that the varying-axis type check would ask to be cast
+    per_device = jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    program = jax.jit(per_device)
+    lanes = jax.sharding.NamedSharding(mesh, spec)
+
+    def sharded(*args: Any) -> Any:
+        return program(*jax.device_put(args, lanes))
+
+    return sharded
+
+
+def batched_fit(
+    fit_batch: Callable[..., Any],
+    mesh: jax.sharding.Mesh | None = None,
+    chunk: int | None = None,
+) -> Callable[..., Any]:
+    """The program of a batch-level fit ``fit_batch(*args, chunk)`` (a method's
+    :attr:`~shearbatch.core.methods.base.Method.fit_batch`, which handles the batch's
+    realizations together: its arguments have the leading realization axis), jitted; with
+    a ``mesh``, each device runs it on its own block of realizations, as :func:`batched`."""
+    return _on_mesh(lambda *args: fit_batch(*args, chunk), mesh)
 
 
 #: set to 1 to split lanes over several CPU devices anyway (the tests of the multi-device
@@ -132,20 +182,8 @@ def batched(
     ``mesh``, that axis is split over its devices (``shard_map``, no communication);
     with a ``chunk``, each device evaluates its lanes ``chunk`` at a time
     (:func:`chunk_width`)."""
-    vfn = jax.vmap(fn) if not chunk else _in_chunks(jax.vmap(fn), chunk)
-    if mesh is None:
-        return jax.jit(vfn)
-    spec = jax.sharding.PartitionSpec(LANES)
-    # check_vma off: the per-realization code has no collectives, and its loops start
-    # from constants that the varying-axis type check would ask to be cast
-    per_device = jax.shard_map(vfn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
-    program = jax.jit(per_device)
-    lanes = jax.sharding.NamedSharding(mesh, spec)
-
-    def sharded(*args: Any) -> Any:
-        return program(*jax.device_put(args, lanes))
-
-    return sharded
+    vfn = jax.vmap(fn) if not chunk else in_chunks(jax.vmap(fn), chunk)
+    return _on_mesh(vfn, mesh)
 
 
 def realization_keys(seeds: Sequence[int], rng_seed: int = 0) -> jax.Array:

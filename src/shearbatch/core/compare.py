@@ -30,10 +30,21 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-__all__ = ["ABSOLUTE_INFO", "Agreement", "agreement"]
+__all__ = ["ABSOLUTE_INFO", "TELEMETRY_INFO", "Agreement", "agreement"]
 
 #: ``info`` leaves compared absolutely: they are already in posterior-sd or log-density units
 ABSOLUTE_INFO = ("grad_norm_whitened", "decrement")
+
+#: ``info`` leaves that record how a batch ran, not a realization's result (MAP's
+#: refilled loops: :func:`shearbatch.core.methods.map.fit_batch`): not compared
+TELEMETRY_INFO = ("lane_steps", "refill_lanes")
+
+
+def _results(info: Any) -> Any:
+    """``info`` without its :data:`TELEMETRY_INFO` leaves."""
+    fields = getattr(info, "_fields", ())
+    drop = {k: None for k in TELEMETRY_INFO if k in fields}
+    return info._replace(**drop) if drop else info
 
 
 class Agreement(NamedTuple):
@@ -77,8 +88,8 @@ def agreement(out: Any, ref: Any) -> Agreement:
     rel_diff, abs_diff, flags, steps = 0.0, 0.0, True, 0
     for group in ("stats", "info"):
         pairs = zip(
-            jax.tree_util.tree_flatten_with_path(getattr(out, group))[0],
-            jax.tree.leaves(getattr(ref, group)),
+            jax.tree_util.tree_flatten_with_path(_results(getattr(out, group)))[0],
+            jax.tree.leaves(_results(getattr(ref, group))),
             strict=True,
         )
         for (path, a), b in pairs:
@@ -91,5 +102,7 @@ def agreement(out: Any, ref: Any) -> Agreement:
             elif group == "info" and name in ABSOLUTE_INFO:
                 abs_diff = max(abs_diff, _max(np.abs(a - b)))
             else:
-                rel_diff = max(rel_diff, _max(np.abs(a - b) / np.maximum(1.0, np.abs(b))))
+                with np.errstate(invalid="ignore"):  # equal infinities (a -inf log weight)
+                    d = np.where(a == b, 0.0, np.abs(a - b))
+                rel_diff = max(rel_diff, _max(d / np.maximum(1.0, np.abs(b))))
     return Agreement(sd_diff, rel_diff, abs_diff, flags, steps)

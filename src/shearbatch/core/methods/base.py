@@ -22,6 +22,9 @@ calls the factory.
   draws: batch-level telemetry such as the lockstep efficiency of NUTS and MAP
   (``lockstep``: the lanes that run in one vectorised loop, i.e. the chunk width),
   logged by the engine and recorded in every realization's ``convergence.json``;
+- ``fit_batch(keys, obs, posterior, chunk) -> Draws`` (optional): the whole batch at
+  once, for a method whose realizations share work better than a ``vmap`` of ``fit``
+  does (MAP's refilled optimiser lanes); the engine runs it when present;
 - ``interim`` (optional): the method's per-galaxy variant for the interim model
   (``shear_model: interim``), a :class:`Method` whose draws are laid out
   ``(chain, draw, galaxy)``; :func:`shearbatch.core.methods.interim.as_interim` wraps it
@@ -142,3 +145,13 @@ class Method(NamedTuple):
     #: :func:`shearbatch.core.methods.interim.as_interim` divides out the interim prior;
     #: None: the method cannot fit the interim model
     interim: Method | None = None
+    #: optional batch-level fit ``fit_batch(keys, obs, posterior, chunk) -> Draws`` of a
+    #: whole batch (leading realization axis B of ``keys``, ``obs`` and of the result),
+    #: for a method whose realizations are better fitted jointly than as a ``vmap`` of
+    #: ``fit`` (MAP: an optimiser whose lanes are refilled from the batch, so that none
+    #: waits for the slowest: :mod:`.refill`). Every realization's result must be
+    #: ``fit``'s for it (to rounding) and must not depend on its companions. ``chunk``:
+    #: the lane chunk asked for (``bias-run --lane-chunk``; None: off). Where present,
+    #: :func:`shearbatch.engine.inference_program` runs it
+    #: (:func:`shearbatch.core.batching.batched_fit`) instead of ``batched(fit)``
+    fit_batch: Callable[..., Draws] | None = None

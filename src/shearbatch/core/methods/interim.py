@@ -41,10 +41,9 @@ def as_interim(method: Method, e_sigma: float) -> Method:
             f"method {method.name} cannot fit the interim model (shear_model: interim)"
         )
 
-    def fit(rng_key: jax.Array, obs: jax.Array, posterior: Any) -> Draws:
+    def reweight(draws: Draws) -> Draws:
         import numpyro.distributions as dist
 
-        draws = variant.fit(rng_key, obs, posterior)
         stats = dict(draws.stats)
         log_r = stats.pop(LOG_RATIO, None)
         pi = dist.Normal(0.0, float(e_sigma))  # spec.interim_problem's prior
@@ -52,8 +51,18 @@ def as_interim(method: Method, e_sigma: float) -> Method:
         stats[WEIGHT] = -log_pi if log_r is None else log_r - log_pi
         return draws._replace(stats=stats)
 
+    def fit(rng_key: jax.Array, obs: jax.Array, posterior: Any) -> Draws:
+        return reweight(variant.fit(rng_key, obs, posterior))
+
     fit.__wrapped__ = variant.fit  # type: ignore[attr-defined]  # its code names the program
-    return variant._replace(fit=fit, interim=None)
+    fit_batch = None
+    if variant.fit_batch is not None:  # elementwise: the same per realization as ``fit``
+
+        def fit_batch(keys: jax.Array, obs: jax.Array, posterior: Any, chunk: Any) -> Draws:
+            return reweight(variant.fit_batch(keys, obs, posterior, chunk))
+
+        fit_batch.__wrapped__ = variant.fit_batch  # type: ignore[attr-defined]
+    return variant._replace(fit=fit, fit_batch=fit_batch, interim=None)
 
 
 def per_galaxy(fit: Callable[[jax.Array, jax.Array, Any], Draws]) -> Callable[..., Draws]:

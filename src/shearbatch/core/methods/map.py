@@ -38,6 +38,8 @@ stopping on a summed loss).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 from typing import Any, Literal, NamedTuple
 
@@ -73,6 +75,8 @@ class OptResult(NamedTuple):
     grad_norm: jax.Array  # |dU/dx| at x
     n_steps: jax.Array
     converged: jax.Array
+    #: of ``n_steps``, the Gauss-Newton steps (``optimizer: gauss_newton``; None otherwise)
+    gn_steps: jax.Array | None = None
 
 
 #: ``map_config.proposal`` values: the Laplace Gaussian (the default) and the Student-t
@@ -153,6 +157,15 @@ class MapInfo(NamedTuple):
     #: {site: (M,)} the importance-weighted std per galaxy (None: Laplace draws, whose
     #: plain std is recorded)
     weighted_std: dict[str, jax.Array] | None = None
+    #: of ``n_steps``, the Gauss-Newton steps (None: no Gauss-Newton phase); a vmapped
+    #: fit runs each phase's loop until its slowest lane is done
+    gn_steps: jax.Array | None = None
+    #: the lane-steps the batch's refilled optimiser loops executed (:func:`fit_batch`),
+    #: shared evenly among its realizations (their sum over a batch is what ran); None: a
+    #: per-realization fit, vmapped in lockstep
+    lane_steps: jax.Array | None = None
+    #: the lanes of those loops (:func:`fit_batch`; None: lockstep)
+    refill_lanes: jax.Array | None = None
 
 
 #: a MAP fit is converged when the Newton decrement at its end, g^T H^-1 g / 2 (the
@@ -206,7 +219,6 @@ def _newton(
     lockstep for all the steps; not reported as the stopping rule met). A fit that
     converges quadratically never meets the second rule before the tolerance.
     """
-    grad_fn = jax.grad(fun)
     if layout is None:
         layout = arrow.dense_layout(x0.shape[0])
     if blocks_fn is None:
@@ -214,58 +226,83 @@ def _newton(
         blocks_fn = functools.partial(blocks_fn, obs=None)
 
     def cond(c):
-        return (c[3] < num_steps) & ~c[4] & jnp.isfinite(c[1])
+        return _newton_cond(c, num_steps)
 
     def body(c):
-        x, f, _, i, _, (_, _, dec_min, n_stall) = c
-        g, h = grad_fn(x), blocks_fn(x)
-        p, dec = arrow.newton_direction(h, g, layout)
-        p = p * jnp.minimum(1.0, MAX_STEP / jnp.max(jnp.abs(p)))  # p = 0: MAX_STEP / 0 = inf -> 1
-        small = 0.5 * dec <= tol
-        # at the float floor: STALL_STEPS steps of the quadratic regime without halving the
-        # smallest decrement so far (Newton's quadratic convergence shrinks it far faster)
-        n_stall = jnp.where((0.5 * dec < 1e-3) & ~(dec < 0.5 * dec_min), n_stall + 1, 0)
-        stalled = n_stall >= STALL_STEPS
-        slope = jnp.dot(g, p)
+        return _newton_step(c, fun, blocks_fn, layout, tol)
 
-        def bt_cond(b):
-            t, fn, k = b
-            return (k < 30) & ~(fn <= f + 1e-4 * t * slope)
+    init = _newton_init(x0, fun(x0), jax.eval_shape(blocks_fn, x0))
+    c = jax.lax.while_loop(cond, body, init)
+    return _newton_result(c)
 
-        def bt_body(b):
-            t, _, k = b
-            return 0.5 * t, fun(x + 0.5 * t * p), k + 1
 
-        f_full = fun(x + p)
-        # in the quadratic regime (predicted gain < 1e-3) the full Newton step is taken even
-        # when rounding hides its decrease (float32: U ~ 500 resolves only ~3e-5)
-        quad = (0.5 * dec < 1e-3) & jnp.isfinite(f_full) & (f_full <= f + 1e-3)
-        t, f_new, _ = jax.lax.while_loop(bt_cond, bt_body, (1.0, f_full, 0))
-        t = jnp.where(quad, 1.0, t)
-        f_new = jnp.where(quad, f_full, f_new)
-        ok = ((f_new <= f + 1e-4 * t * slope) | quad) & ~small & ~stalled
-        x_new = jnp.where(ok, x + t * p, x)
-        f_new = jnp.where(ok, f_new, f)
-        gn = jnp.linalg.norm(g)
-        return (x_new, f_new, gn, i + 1, small | ~ok,
-                (h, small, jnp.minimum(dec_min, dec), n_stall))  # fmt: skip
+def _newton_cond(c, num_steps) -> jax.Array:
+    """Whether :func:`_newton`'s loop goes on from carry ``c`` (``num_steps``: its budget)."""
+    return (c[3] < num_steps) & ~c[4] & jnp.isfinite(c[1])
 
-    h0 = jax.eval_shape(blocks_fn, x0)
-    init = (
+
+def _newton_init(x0, f0, h_shape) -> tuple:
+    """:func:`_newton`'s carry at ``x0`` (``f0 = fun(x0)``; ``h_shape``: the Hessian
+    blocks' shapes, whose zeros the carry holds until the first step)."""
+    return (
         x0,
-        fun(x0),
+        f0,
         jnp.asarray(jnp.inf, x0.dtype),
         jnp.asarray(0),
         jnp.asarray(False),
         (
-            jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), h0),
+            jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), h_shape),
             jnp.asarray(False),
             jnp.asarray(jnp.inf, x0.dtype),
             jnp.asarray(0),
         ),
     )
-    x, f, gn, n, _, (h, converged, *_) = jax.lax.while_loop(cond, body, init)
+
+
+def _newton_result(c) -> tuple[OptResult, arrow.Arrow]:
+    x, f, gn, n, _, (h, converged, *_) = c
     return OptResult(x, f, gn, n, converged & jnp.isfinite(f)), h
+
+
+def _newton_step(c, fun, blocks_fn, layout: arrow.Layout, tol: float, live=True) -> tuple:
+    """ONE iteration of :func:`_newton` from carry ``c``. ``live`` (a bool array): False
+    for an empty lane of :func:`~.refill.refill_loop`, whose result is discarded: its
+    backtracking loop then stops at once (so that it does not hold the vectorised inner
+    loop); a live lane's arithmetic is the same either way."""
+    grad_fn = jax.grad(fun)
+    x, f, _, i, _, (_, _, dec_min, n_stall) = c
+    g, h = grad_fn(x), blocks_fn(x)
+    p, dec = arrow.newton_direction(h, g, layout)
+    p = p * jnp.minimum(1.0, MAX_STEP / jnp.max(jnp.abs(p)))  # p = 0: MAX_STEP / 0 = inf -> 1
+    small = 0.5 * dec <= tol
+    # at the float floor: STALL_STEPS steps of the quadratic regime without halving the
+    # smallest decrement so far (Newton's quadratic convergence shrinks it far faster)
+    n_stall = jnp.where((0.5 * dec < 1e-3) & ~(dec < 0.5 * dec_min), n_stall + 1, 0)
+    stalled = n_stall >= STALL_STEPS
+    slope = jnp.dot(g, p)
+
+    def bt_cond(b):
+        t, fn, k = b
+        more = (k < 30) & ~(fn <= f + 1e-4 * t * slope)
+        return more if live is True else more & live
+
+    def bt_body(b):
+        t, _, k = b
+        return 0.5 * t, fun(x + 0.5 * t * p), k + 1
+
+    f_full = fun(x + p)
+    # in the quadratic regime (predicted gain < 1e-3) the full Newton step is taken even
+    # when rounding hides its decrease (float32: U ~ 500 resolves only ~3e-5)
+    quad = (0.5 * dec < 1e-3) & jnp.isfinite(f_full) & (f_full <= f + 1e-3)
+    t, f_new, _ = jax.lax.while_loop(bt_cond, bt_body, (1.0, f_full, 0))
+    t = jnp.where(quad, 1.0, t)
+    f_new = jnp.where(quad, f_full, f_new)
+    ok = ((f_new <= f + 1e-4 * t * slope) | quad) & ~small & ~stalled
+    x_new = jnp.where(ok, x + t * p, x)
+    f_new = jnp.where(ok, f_new, f)
+    gn = jnp.linalg.norm(g)
+    return (x_new, f_new, gn, i + 1, small | ~ok,
+            (h, small, jnp.minimum(dec_min, dec), n_stall))  # fmt: skip
 
 
 def optimize(
@@ -377,9 +414,17 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
     physical-parameter mode objective ``model.mode_fn``; samplers pass
     ``model.potential_fn`` (the density they sample in x, Jacobian included: its mode is
     finite even where a bounded latent's physical mode sits on a bound). Every step is
-    O(M) in the number of galaxies (:mod:`shearbatch.core.arrow`)."""
+    O(M) in the number of galaxies (:mod:`shearbatch.core.arrow`).
+
+    Inside :func:`given_fit` (a batch's fits already run by :func:`laplace_batch`) the
+    optimiser is not run again: its given result and last Hessian are used."""
     objective = model.mode_fn if objective is None else objective
     layout = layout_of(model)
+    given = _GIVEN.get()
+    if given is not None:
+        if given.objective != objective:
+            raise ValueError("laplace: the given fit was made with another objective")
+        return _laplace_at(given.opt, given.h, obs, objective, layout)
     blocks = arrow.blocks_fn(objective, layout)
     x0 = model.x0.astype(obs.dtype)
     gn = _gauss_newton_blocks(model, objective, layout) if settings.optimizer == GN else None
@@ -397,7 +442,7 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
         # Hessian is the Laplace approximation's
         opt, h = _newton(start, fun, num_steps=steps - n_gn, tol=tol, blocks_fn=blocks_at,
                          layout=layout)  # fmt: skip
-        opt = opt._replace(n_steps=opt.n_steps + n_gn)
+        opt = opt._replace(n_steps=opt.n_steps + n_gn, gn_steps=None if gn is None else n_gn)
     else:
         opt = optimize(
             x0,
@@ -409,11 +454,94 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
             tol=settings.tol,
         )
         h = blocks(opt.x, obs)
+    return _laplace_at(opt, h, obs, objective, layout)
+
+
+def _laplace_at(opt: OptResult, h: arrow.Arrow, obs, objective, layout) -> Laplace:
+    """The Laplace approximation at the optimiser's result ``opt`` with Hessian blocks ``h``."""
     fac, ok = arrow.factor(h)
     w = arrow.whiten(fac, jax.grad(objective)(opt.x, obs), layout)  # |w|^2 = g^T H^-1 g
     ww = jnp.sum(w * w)
     std = jnp.sqrt(arrow.variances(fac, layout))
     return Laplace(opt, fac, ok, 0.5 * ww, jnp.sqrt(ww), arrow.log_det(fac), std)
+
+
+class _Given(NamedTuple):
+    opt: OptResult
+    h: arrow.Arrow
+    objective: Any
+
+
+_GIVEN: contextvars.ContextVar[_Given | None] = contextvars.ContextVar(
+    "map_given_fit", default=None
+)
+
+
+@contextlib.contextmanager
+def given_fit(opt: OptResult, h: arrow.Arrow, objective):
+    """While tracing inside this context, :func:`laplace` takes ``opt`` (the optimiser's
+    result for ONE realization) and ``h`` (the Hessian blocks of its last step) as its fit
+    of ``objective`` instead of running the optimiser: how :func:`fit_batch` hands the
+    refilled fits of :func:`laplace_batch` to the unchanged per-realization draws code
+    (:func:`fit`, :func:`interim_fit`)."""
+    token = _GIVEN.set(_Given(opt, h, objective))
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
+def refills(settings: MapConfig) -> bool:
+    """Whether :func:`laplace_batch` can run ``settings``' optimiser (Newton, Gauss-Newton)."""
+    return settings.optimizer in ("newton", GN)
+
+
+def laplace_batch(
+    obs: jax.Array, model, settings: MapConfig, objective, lanes: int
+) -> tuple[OptResult, arrow.Arrow, jax.Array]:
+    """The optimiser of :func:`laplace` for a BATCH of realizations (``obs``: leading axis
+    B), on ``lanes`` lanes refilled from the batch (:func:`~.refill.refill_loop`): no lane
+    waits for the batch's slowest fit. Returns ``(opt, h, executed)``: each realization's
+    :class:`OptResult` and last Hessian blocks (leading axis B), exactly as
+    :func:`laplace`'s loops give them for that realization alone, and the lane-steps the
+    loops executed (lanes x iterations, both phases).
+
+    Gauss-Newton (``optimizer: gauss_newton``) and exact Newton are two refilled loops, one
+    after the other: a lane computes one kind of Hessian per iteration (a lane of the one
+    kind next to a lane of the other would compute both under ``vmap``)."""
+    if not refills(settings):
+        raise ValueError(f"laplace_batch: optimizer {settings.optimizer} is not refilled")
+    from .refill import refill_loop
+
+    layout = layout_of(model)
+    blocks = arrow.blocks_fn(objective, layout)
+    n = obs.shape[0]
+    x0 = model.x0.astype(obs.dtype)
+    tol = default_tol(x0.dtype) if settings.tol is None else settings.tol
+    gn = _gauss_newton_blocks(model, objective, layout) if settings.optimizer == GN else None
+    steps = settings.num_steps
+
+    def run(blocks_of, starts, budget, tol_):
+        def step(c, o, live):
+            fun = functools.partial(lambda x, o_: objective(x, o_), o_=o)
+            at = functools.partial(lambda x, o_: blocks_of(x, o_), o_=o)
+            return _newton_step(c, fun, at, layout, tol_, live)
+
+        f0 = jax.vmap(lambda x, o: objective(x, o))(starts, obs)
+        h_shape = jax.eval_shape(blocks_of, x0, obs[0])
+        init = jax.vmap(lambda x, f: _newton_init(x, f, h_shape))(starts, f0)
+        return refill_loop(step, _newton_cond, init, obs, budget, lanes)
+
+    starts, n_gn, executed = jnp.broadcast_to(x0, (n, *x0.shape)), jnp.zeros(n, int), 0
+    trips = jnp.asarray(0)
+    if gn is not None:  # Gauss-Newton steps until the predicted gain is small
+        c, t = run(gn, starts, jnp.full(n, min(steps, GN_MAX_STEPS)), GN_SWITCH)
+        starts, n_gn, trips = c[0], c[3], trips + t
+    c, t = run(blocks, starts, steps - n_gn, tol)
+    opt, h = _newton_result(c)
+    executed = min(int(lanes), n) * (trips + t)
+    opt = opt._replace(n_steps=opt.n_steps + n_gn, gn_steps=None if gn is None else n_gn)
+    return opt, h, executed
 
 
 def covariance(lap: Laplace, layout: arrow.Layout) -> jax.Array:
@@ -467,6 +595,7 @@ def _draws(lap: Laplace, posterior, z: jax.Array, layout: arrow.Layout, stats) -
         decrement=lap.decrement,
         laplace_ok=lap.ok,
         std=lap.std,
+        gn_steps=lap.opt.gn_steps,
     )
     draws = Draws(
         samples={k: v[None] for k, v in samples.items()},
@@ -619,6 +748,41 @@ def std_by_site(samples) -> dict[str, np.ndarray]:
     return {k: np.std(v, axis=(0, 1)) for k, v in samples.items()}
 
 
+def fit_batch(
+    keys: jax.Array,
+    obs: jax.Array,
+    posterior,
+    chunk: int | None,
+    *,
+    fit_one,
+    settings: MapConfig,
+    objective=None,
+) -> Draws:
+    """MAP + Laplace of a BATCH of realizations (leading axis B of ``keys`` and ``obs``):
+    :meth:`~.base.Method.fit_batch`. The optimiser runs on refilled lanes
+    (:func:`laplace_batch`; :func:`shearbatch.core.batching.refill_lanes` of B and
+    ``chunk``), then ``fit_one(key, obs, posterior)`` (the per-realization fit, e.g.
+    :func:`interim_fit`) runs vmapped over the realizations, ``chunk`` at a time when
+    given, with its :func:`laplace` given the refilled fit (:func:`given_fit`): its
+    draws, weights and records are computed as for a realization fitted alone.
+    ``objective``: the one ``fit_one`` fits (None: ``posterior.mode_fn``; checked)."""
+    from ..batching import in_chunks, refill_lanes
+
+    objective = posterior.mode_fn if objective is None else objective
+    n = obs.shape[0]
+    lanes = refill_lanes(n, chunk)
+    opt, h, executed = laplace_batch(obs, posterior, settings, objective, lanes)
+
+    def one(key, o, opt_r, h_r):
+        with given_fit(opt_r, h_r, objective):
+            return fit_one(key, o, posterior)
+
+    draws = (in_chunks(jax.vmap(one), chunk) if chunk else jax.vmap(one))(keys, obs, opt, h)
+    share = jnp.full((n,), executed / n, obs.dtype)
+    info = draws.info._replace(lane_steps=share, refill_lanes=jnp.full((n,), lanes))
+    return draws._replace(info=info)
+
+
 def diagnose(draws: Draws, proposal: dict[str, Any] | None = None) -> Diagnosis:
     """Optimiser record, Laplace widths and the mode of one realization (``proposal``:
     the interim model's proposal settings other than the defaults, recorded under
@@ -662,19 +826,31 @@ def diagnose(draws: Draws, proposal: dict[str, Any] | None = None) -> Diagnosis:
 
 
 def batch_report(draws: Draws, lockstep: int | None = None) -> dict[str, Any]:
-    """Lockstep efficiency of a batch: the Newton steps each lane needed / the steps its
-    vectorised loop ran (every lane of a chunk of ``lockstep`` lanes, default the whole
-    batch, runs until the chunk's slowest lane has converged), and the step counts."""
-    n = np.asarray(draws.info.n_steps).reshape(-1)
-    group = min(lockstep or n.size, n.size)
-    chunks = [n[i : i + group] for i in range(0, n.size, group)]
-    executed = sum(c.size * int(c.max()) for c in chunks)
-    eff = float(n.sum() / executed) if executed > 0 else 1.0
-    return {
-        "lockstep_efficiency": eff,
-        "lockstep_lanes": group,
-        "newton_steps": {"median": float(np.median(n)), "max": int(n.max())},
-    }
+    """Lockstep efficiency of a batch: the Newton steps its realizations needed / the
+    lane-steps its loops executed, and the step counts.
+
+    A batch fitted by :func:`fit_batch` (refilled lanes) carries what its loops executed
+    (``lane_steps``, counted inside the program). A vmapped per-realization fit runs every
+    lane of a chunk of ``lockstep`` lanes (default the whole batch) until the chunk's
+    slowest lane has converged, phase by phase (Gauss-Newton, then exact Newton): the
+    executed lane-steps follow from the per-lane step counts."""
+    info = draws.info
+    n = np.asarray(info.n_steps).reshape(-1)
+    out: dict[str, Any]
+    if info.lane_steps is not None:
+        executed = float(np.sum(np.asarray(info.lane_steps, float)))
+        out = {"lockstep_efficiency": float(n.sum() / executed) if executed > 0 else 1.0,
+               "lockstep_lanes": int(np.max(np.asarray(info.refill_lanes))),
+               "refill": True, "executed_lane_steps": round(executed)}  # fmt: skip
+    else:  # each phase's loop ran its chunk's slowest lane's steps on every lane
+        group = min(lockstep or n.size, n.size)
+        gn = np.zeros_like(n) if info.gn_steps is None else np.asarray(info.gn_steps).reshape(-1)
+        executed = sum(min(group, n.size - i) * (int(gn[i : i + group].max())
+                       + int((n - gn)[i : i + group].max())) for i in range(0, n.size, group))  # fmt: skip
+        eff = float(n.sum() / executed) if executed > 0 else 1.0
+        out = {"lockstep_efficiency": eff, "lockstep_lanes": group}
+    out["newton_steps"] = {"median": float(np.median(n)), "max": int(n.max())}
+    return out
 
 
 def proposal_record(settings: MapConfig) -> dict[str, Any]:
@@ -696,6 +872,13 @@ def method(cfg: MapConfig) -> Method:
     # the Laplace draws at the MAP (unweighted), so that `--set inference.shear_model=joint`
     # on configs/level2.yaml runs the joint model as before
     # chunks of 4 lanes: 1.8-3.1x faster than one vmap on CPU (bench/bench_chunking.py)
+    interim_one = functools.partial(interim_fit, settings=cfg)
+
+    def interim_batch(keys, obs, post, chunk):  # the refilled optimiser (issue 42)
+        target = cfg.proposal_centre == "target"
+        return fit_batch(keys, obs, post, chunk, fit_one=interim_one, settings=cfg,
+                         objective=post.potential_fn if target else None)  # fmt: skip
+
     interim = Method(
         "map",
         lambda key, obs, post: interim_fit(key, obs, post, cfg),
@@ -703,6 +886,7 @@ def method(cfg: MapConfig) -> Method:
         batch_report,
         point_estimate="mode",
         cpu_chunk=4,
+        fit_batch=interim_batch if refills(cfg) else None,
     )
     return Method(
         "map",
