@@ -129,8 +129,10 @@ def pooled_fits(
     n_khat = None
     if "pop_n_khat_high" in rows:
         khat_rows = rows.loc[~rows.index.duplicated()]
-        n_khat = (khat_rows[["g1_true", "g2_true"]].to_numpy(float).round(12),
-                  pd.to_numeric(khat_rows["pop_n_khat_high"], errors="coerce").to_numpy(float))
+        n_khat = (
+            khat_rows[["g1_true", "g2_true"]].to_numpy(float).round(12),
+            pd.to_numeric(khat_rows["pop_n_khat_high"], errors="coerce").to_numpy(float),
+        )
     for p in points:
         sel = np.all(truth == p, axis=1)
         f = pnp.fit(eps, base, prior, index=rows_of[sel], threads=threads)

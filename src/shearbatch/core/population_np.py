@@ -43,12 +43,12 @@ __all__ = [
     "ShapePrior",
     "correction",
     "evaluate",
-    "pair_sums",
     "fit",
+    "fit_status",
     "khat_threshold",
+    "pair_sums",
     "pareto_khat",
     "pareto_khat_at",
-    "fit_status",
     "relative_log_weights",
 ]
 
@@ -280,7 +280,11 @@ def pareto_khat(log_w: np.ndarray) -> np.ndarray:
 
 
 def pareto_khat_at(
-    g: Any, eps: np.ndarray, log_base: np.ndarray, prior: ShapePrior, index: np.ndarray | None = None
+    g: Any,
+    eps: np.ndarray,
+    log_base: np.ndarray,
+    prior: ShapePrior,
+    index: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per-galaxy Pareto k-hat (N,) of the population weights ``w_ik(g)`` at ``g``
     (:func:`pareto_khat`), a block of galaxies at a time (``index``: as :func:`evaluate`)."""
@@ -316,8 +320,14 @@ def _cmul(a1: np.ndarray, a2: np.ndarray, b1: np.ndarray, b2: np.ndarray):
     return re, im
 
 
-def _block(g: np.ndarray, eps: np.ndarray, base: np.ndarray, prior: ShapePrior, order: int,
-           correct: bool = True):
+def _block(
+    g: np.ndarray,
+    eps: np.ndarray,
+    base: np.ndarray,
+    prior: ShapePrior,
+    order: int,
+    correct: bool = True,
+):
     """One block of galaxies: eps (n, K, 2), base (n, K) (any float type; NaN draws count
     as missing) -> per-galaxy (terms, k, ess, grad, hess); ``order = -1``: the log weights
     (n, K) alone (:func:`pareto_khat_at`). Written with in-place operations (the time is
@@ -530,7 +540,6 @@ def _corrected(terms, p, per_draw, mean, b):
     bad = ~np.isfinite(s2)
     grad[bad], hess[bad] = np.nan, np.nan
     return terms, grad, hess
-
 
 
 def evaluate(
