@@ -175,3 +175,26 @@ def test_batch_report_counts_what_the_program_executed(programs, laplace_fits):
     lock = programs["method"].batch_report(programs["lockstep"], lockstep=B)
     assert "refill" not in lock and lock["lockstep_lanes"] == B
     assert rep["lockstep_efficiency"] > lock["lockstep_efficiency"]
+
+
+def test_the_campaign_records_the_refilled_batchs_efficiency(level2, module_tmp, caplog):
+    """bias-run's engine runs the refilled program and records what it executed in every
+    convergence.json's batch section, and logs it."""
+    import json
+
+    from shearbatch import engine
+
+    spec = level2[0]
+    plan = plan_campaign([0.02], n_realizations=2, base_seed=0, paired=True,
+                         shear_grid_g2=[0.0], rotations=2)  # fmt: skip
+    out = module_tmp / "campaign"
+    with caplog.at_level("INFO", logger="shearbatch.engine"):
+        report = engine.run_campaign(spec, plan, output_dir=out, batch_size=B,
+                                     lane_chunk=LANES, overlap=False)  # fmt: skip
+    assert report.n_ok + report.n_failed == B
+    assert "optimiser lanes refilled from the batch (2 lanes per device)" in caplog.text
+    assert "batch 1: lockstep efficiency" in caplog.text
+    batch = json.loads((out / plan[0].run_id / "convergence.json").read_text())["batch"]
+    assert batch["refill"] and batch["lockstep_lanes"] == LANES
+    assert 0 < batch["lockstep_efficiency"] <= 1
+    assert batch["executed_lane_steps"] % LANES == 0
