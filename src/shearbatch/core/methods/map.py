@@ -114,6 +114,10 @@ class MapConfig(StrictModel):
     """``shear_model: interim`` only: the distribution of each galaxy's draws, which its importance weights (``interim_log_weight``) correct to the interim posterior. ``laplace`` (null): the Laplace Gaussian N(x*, H_j^-1). ``student_t``: a multivariate Student-t with ``proposal_dof`` degrees of freedom and the same centre and scale matrix, per galaxy (heavier tails: a galaxy whose posterior is wider than its Laplace approximation keeps its weights). Either way the written draws are proposal draws, NOT posterior draws: only weighted do they estimate the interim posterior (t draws spread ~sqrt(nu / (nu - 2)) wider; ``convergence.json``'s ``laplace.posterior_std`` is then the weighted std). configs/level2.yaml: student_t at ``proposal_centre: target`` (docs/validation.md, "The interim draws and their weights"). Ignored by the joint model (its draws are always the Laplace Gaussian's at the MAP, its written posterior) and by NUTS and VI (their Laplace start takes the optimiser settings only)."""
     proposal_dof: Positive | None = None
     """[degrees of freedom] ``proposal: student_t`` only: nu of the Student-t proposal (null: 5)."""
+    gauss_newton_precision: Literal["float32", "float64"] | None = None
+    """``optimizer: gauss_newton`` only: the precision of the Gauss-Newton steps (the fit far from the mode); exact Newton then converges in the run's ``precision`` from where they stop, and its last Hessian is the Laplace approximation's (the same modes to ~1e-10: bench/bench_level2_rate.py). null: the run's precision. configs/level2.yaml: float32."""
+    draw_precision: Literal["float32", "float64"] | None = None
+    """``shear_model: interim`` only: the precision in which each draw's log density is evaluated for its importance weight (the draws' stamps rendered in it; the fit, the Laplace factor, the draws and the weights' arithmetic stay in the run's precision). null: the run's ``precision``. configs/level2.yaml: float32 (bench/bench_level2_rate.py measures what it saves and what it moves m by, on the same draws)."""
     proposal_centre: Literal["map", "target"] | None = None
     """``shear_model: interim`` only: where the proposal sits, with the curvature there as its scale. ``map`` (null): the MAP (the mode in the physical parameters). ``target``: the mode of the density the importance weights target, the interim posterior in the unconstrained coordinates (the transforms' log-Jacobian included, as NUTS's and VI's Laplace starts use it): the two differ most for a galaxy near |e| = 1, whose weights' mass lies ~2 sd inside the MAP-centred proposal. ``convergence.json``'s ``mode`` and ``optimizer`` are then that fit's. Ignored by the joint model."""
 
@@ -273,6 +277,7 @@ def _newton_step(c, fun, blocks_fn, layout: arrow.Layout, tol: float, live=True)
     x, f, _, i, _, (_, _, dec_min, n_stall) = c
     g, h = grad_fn(x), blocks_fn(x)
     p, dec = arrow.newton_direction(h, g, layout)
+    p, dec = p.astype(x.dtype), dec.astype(x.dtype)  # a float32 fit of a float64 model
     p = p * jnp.minimum(1.0, MAX_STEP / jnp.max(jnp.abs(p)))  # p = 0: MAX_STEP / 0 = inf -> 1
     small = 0.5 * dec <= tol
     # at the float floor: STALL_STEPS steps of the quadratic regime without halving the
@@ -394,6 +399,12 @@ GN_SWITCH = 1e-2
 GN_MAX_STEPS = 30
 
 
+def gn_precision(settings: MapConfig, dtype) -> Any:
+    """The dtype of the Gauss-Newton steps: ``settings.gauss_newton_precision`` or ``dtype``."""
+    p = settings.gauss_newton_precision
+    return jnp.dtype(dtype if p is None else p)
+
+
 def _gauss_newton_blocks(model, objective, layout: arrow.Layout):
     """The Gauss-Newton blocks of ``objective`` for ``model`` (None where they do not
     apply: no Gaussian pixel likelihood; the fit is then exact Newton)."""
@@ -434,10 +445,12 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
         blocks_at = functools.partial(lambda x, o: blocks(x, o), o=obs)
         steps, start, n_gn = settings.num_steps, x0, 0
         if gn is not None:  # Gauss-Newton steps until the predicted gain is small
-            gn_at = functools.partial(lambda x, o: gn(x, o), o=obs)
-            gn_opt, _ = _newton(x0, fun, num_steps=min(steps, GN_MAX_STEPS), tol=GN_SWITCH,
-                                blocks_fn=gn_at, layout=layout)  # fmt: skip
-            start, n_gn = gn_opt.x, gn_opt.n_steps
+            obs_gn = obs.astype(gn_precision(settings, x0.dtype))
+            gn_at = functools.partial(lambda x, o: gn(x, o), o=obs_gn)
+            fun_gn = functools.partial(lambda x, o: objective(x, o), o=obs_gn)
+            gn_opt, _ = _newton(x0.astype(obs_gn.dtype), fun_gn, num_steps=min(steps, GN_MAX_STEPS),
+                                tol=GN_SWITCH, blocks_fn=gn_at, layout=layout)  # fmt: skip
+            start, n_gn = gn_opt.x.astype(x0.dtype), gn_opt.n_steps
         # exact Newton to the tolerance (a step or two after Gauss-Newton), whose last
         # Hessian is the Laplace approximation's
         opt, h = _newton(start, fun, num_steps=steps - n_gn, tol=tol, blocks_fn=blocks_at,
@@ -521,23 +534,25 @@ def laplace_batch(
     gn = _gauss_newton_blocks(model, objective, layout) if settings.optimizer == GN else None
     steps = settings.num_steps
 
-    def run(blocks_of, starts, budget, tol_):
+    def run(blocks_of, starts, budget, tol_, obs_):
         def step(c, o, live):
             fun = functools.partial(lambda x, o_: objective(x, o_), o_=o)
             at = functools.partial(lambda x, o_: blocks_of(x, o_), o_=o)
             return _newton_step(c, fun, at, layout, tol_, live)
 
-        f0 = jax.vmap(lambda x, o: objective(x, o))(starts, obs)
-        h_shape = jax.eval_shape(blocks_of, x0, obs[0])
+        f0 = jax.vmap(lambda x, o: objective(x, o))(starts, obs_)
+        h_shape = jax.eval_shape(blocks_of, starts[0], obs_[0])
         init = jax.vmap(lambda x, f: _newton_init(x, f, h_shape))(starts, f0)
-        return refill_loop(step, _newton_cond, init, obs, budget, lanes)
+        return refill_loop(step, _newton_cond, init, obs_, budget, lanes)
 
     starts, n_gn, executed = jnp.broadcast_to(x0, (n, *x0.shape)), jnp.zeros(n, int), 0
     trips = jnp.asarray(0)
     if gn is not None:  # Gauss-Newton steps until the predicted gain is small
-        c, t = run(gn, starts, jnp.full(n, min(steps, GN_MAX_STEPS)), GN_SWITCH)
-        starts, n_gn, trips = c[0], c[3], trips + t
-    c, t = run(blocks, starts, steps - n_gn, tol)
+        obs_gn = obs.astype(gn_precision(settings, x0.dtype))
+        c, t = run(gn, starts.astype(obs_gn.dtype), jnp.full(n, min(steps, GN_MAX_STEPS)),
+                   GN_SWITCH, obs_gn)  # fmt: skip
+        starts, n_gn, trips = c[0].astype(x0.dtype), c[3], trips + t
+    c, t = run(blocks, starts, steps - n_gn, tol, obs)
     opt, h = _newton_result(c)
     executed = min(int(lanes), n) * (trips + t)
     opt = opt._replace(n_steps=opt.n_steps + n_gn, gn_steps=None if gn is None else n_gn)
@@ -721,8 +736,11 @@ def interim_fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapConf
     xs, draws = _draws(lap, posterior, z, layout, stats)
     # (K, M), DRAW_CHUNK draws rendered at a time: the program's memory per lane holds one
     # chunk's stamps, not all K draws' (bench/bench_memory.py)
-    log_p = jax.lax.map(lambda x: galaxy_log_target(posterior, x, obs), xs,
-                        batch_size=min(DRAW_CHUNK, xs.shape[0]))  # fmt: skip
+    # in settings.draw_precision (float32: the stamps of the draws at about half the cost)
+    lt = x.dtype if settings.draw_precision is None else jnp.dtype(settings.draw_precision)
+    obs_lt = obs.astype(lt)
+    log_p = jax.lax.map(lambda x: galaxy_log_target(posterior, x.astype(lt), obs_lt), xs,
+                        batch_size=min(DRAW_CHUNK, xs.shape[0])).astype(x.dtype)  # fmt: skip
     log_r = jnp.where(jnp.isnan(log_p), -jnp.inf, log_p) - log_q
     samples = {k: v[0] for k, v in draws.samples.items()}
     stats = {**draws.stats, LOG_RATIO: log_r[None]}
