@@ -24,6 +24,14 @@ effect, known far below 3e-5; a variant with other draw counts carries the draws
 Carlo noise. The variants run in turn, each batch's calls back to back; the load average
 is recorded (a shared machine).
 
+The draws-per-galaxy question on real Level 2 galaxies (what bench/bench_draws.py answers
+on a toy with an exact answer): ``before``'s 1,000 draws per galaxy are split into
+disjoint sets of K (whole antithetic pairs), each a K-draw run of the shipped proposal on
+the same galaxies; m from each set against m from all 1,000: the mean shift (the finite-K
+bias, with and without the correction) and the sets' scatter (the draws' Monte Carlo
+noise in m at K, to set beside the shape noise of m). ``before`` runs ``--study-batches``
+batches for it (the first ``--batches`` timed, the rest one untimed call each).
+
     .venv/bin/python bench/bench_level2_rate.py [--batch 16] [--batches 6] [--repeats 2]
 """
 
@@ -46,6 +54,7 @@ VARIANTS = {
     "gn_f32": {"gauss_newton_precision": "float32"},
     "shipped": None,  # configs/level2.yaml as it is
 }
+SUBSET_KS = [50, 100, 200, 250]  # the draws-per-galaxy study on before's draws
 TARGET_RATE = 400.0  # issue 42: Level 2 galaxies/s, one process, post-compile
 
 
@@ -70,7 +79,9 @@ def population(out, seeds: list[int], truth: list[tuple[float, float]]) -> list[
     return rows
 
 
-def m_of(rows: list[dict], prior, shear: float) -> tuple[float, np.ndarray, list[int]]:
+def m_of(
+    rows: list[dict], prior, shear: float, correct: bool = True
+) -> tuple[float, np.ndarray, list[int]]:
     """m1 from the pooled fits at +g and -g and its delete-one-seed values."""
     from shearbatch.core import population_np as pnp
 
@@ -81,7 +92,7 @@ def m_of(rows: list[dict], prior, shear: float) -> tuple[float, np.ndarray, list
         eps = np.concatenate([r["eps"] for r in sel])
         base = np.concatenate([r["log_base"] for r in sel])
         who = np.concatenate([[r["seed"]] * len(r["eps"]) for r in sel])
-        f = pnp.fit(eps, base, prior, threads=2)
+        f = pnp.fit(eps, base, prior, threads=2, correct=correct)
         fits[sign] = f.g[0]
         ok = np.all(np.isfinite(f.galaxy_grad), axis=1)
         h_tot = f.galaxy_hess[ok].sum(axis=0)
@@ -91,6 +102,34 @@ def m_of(rows: list[dict], prior, shear: float) -> tuple[float, np.ndarray, list
             for s in seeds])  # fmt: skip
     m = (fits[1] - fits[-1]) / (2 * shear) - 1
     return float(m), (jk[1] - jk[-1]) / (2 * shear) - 1, seeds
+
+
+def subsets(rows: list[dict], prior, shear: float, ks: list[int]) -> list[dict[str, Any]]:
+    """The draws-per-galaxy study on real Level 2 galaxies: ``before``'s 1,000 draws per
+    galaxy (500 antithetic pairs: draw j with j + 500) split into 1,000 / K disjoint sets of
+    K / 2 pairs, each a K-draw run of the same proposal; m from each set (corrected, and
+    the plain log-mean-exp) against m from all 1,000 (corrected): the mean shift, its error
+    (the sets' sd / sqrt(sets)) and the sets' sd (the draws' Monte Carlo noise in m at K
+    on these galaxies, against the shape noise, ``m1_err``)."""
+    half = rows[0]["eps"].shape[1] // 2
+    m_all = m_of(rows, prior, shear)[0]
+    out = []
+    for k in ks:
+        sets = half // (k // 2)
+        per = {True: [], False: []}
+        for i in range(sets):
+            pick = np.arange(i * (k // 2), (i + 1) * (k // 2))
+            idx = np.concatenate([pick, pick + half])  # antithetic pairs: j, then j + half
+            sub = [{**r, "eps": r["eps"][:, idx], "log_base": r["log_base"][:, idx]} for r in rows]
+            for corr in (True, False):
+                per[corr].append(m_of(sub, prior, shear, correct=corr)[0] - m_all)
+        row = {"K": k, "sets": sets}
+        for corr, name in ((True, "corrected"), (False, "uncorrected")):
+            x = np.asarray(per[corr])
+            row[name] = {"dm": float(x.mean()), "dm_err": float(x.std(ddof=1) / np.sqrt(sets)),
+                         "mc_sd": float(x.std(ddof=1))}  # fmt: skip
+        out.append(row)
+    return out
 
 
 def jackknife(x: np.ndarray) -> float:
@@ -108,7 +147,9 @@ def measure(variant: str, args: Any) -> dict[str, Any]:
 
     raw = config(variant)
     spec = run_spec(parse_config(raw))
-    plan = plan_campaign([0.02], n_realizations=args.seeds, base_seed=args.base_seed, paired=True,
+    study_on = variant == "before" and args.study_batches > args.batches
+    n_seeds = args.batch * max(args.batches, args.study_batches if study_on else 0) // 4
+    plan = plan_campaign([0.02], n_realizations=n_seeds, base_seed=args.base_seed, paired=True,
                          rotations=2)  # fmt: skip
     batches = [plan[i : i + args.batch] for i in range(0, len(plan), args.batch)]
     chunk = lane_chunk_for("auto", spec)
@@ -117,21 +158,29 @@ def measure(variant: str, args: Any) -> dict[str, Any]:
     sim, keys = batch_inputs(spec, batches[0])
     compiled = built.program.lower(keys, sim.images).compile()
     compile_s = time.perf_counter() - t0
-    times, rows, steps = [], [], []
-    for batch in batches:
+    times, rows, steps, extra = [], [], [], []
+    for ib, batch in enumerate(batches):
         sim, keys = batch_inputs(spec, batch)
+        timed = ib < args.batches  # the study's further batches: one untimed call each
         per = []
-        for _ in range(args.repeats):
+        for _ in range(args.repeats if timed else 1):
             t = time.perf_counter()
             out = jax.block_until_ready(compiled(keys, sim.images))
             per.append(time.perf_counter() - t)
-        times.append(h.median(per))
-        rows += population(out, [r.seed for r in batch], [(r.g1, r.g2) for r in batch])
-        steps.append(np.asarray(out.info.n_steps).ravel())
+        got = population(out, [r.seed for r in batch], [(r.g1, r.g2) for r in batch])
+        if timed:
+            times.append(h.median(per))
+            rows += got
+            steps.append(np.asarray(out.info.n_steps).ravel())
+        else:
+            extra += got
     m_cfg = raw["gal"]["ellipticity"]
     prior = pnp.ShapePrior(*(pnp.PriorSpec(kind="normal", args=[c["mean"], c["sigma"]])
                              for c in (m_cfg["e1"], m_cfg["e2"])))  # fmt: skip
     m, m_jk, seeds = m_of(rows, prior, 0.02)
+    study = subsets(rows + extra, prior, 0.02, SUBSET_KS) if variant == "before" else None
+    if study:
+        study = {"n_galaxies": sum(len(r["eps"]) for r in rows + extra), "rows": study}
     n_gal = args.batch * raw["image"]["n_objects"]
     med = h.median(times)
     mc = raw["inference"]["map_config"]
@@ -143,6 +192,7 @@ def measure(variant: str, args: Any) -> dict[str, Any]:
             "n_galaxies": sum(len(r["eps"]) for r in rows), "m1": m, "m1_jk": m_jk.tolist(),
             "m1_err": jackknife(m_jk), "seeds": seeds,
             "newton_steps_median": float(np.median(np.concatenate(steps))),
+            "draws_study": study,
             "load_after": list(os.getloadavg())}  # fmt: skip
 
 
@@ -163,6 +213,19 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
     ax2.set(xticks=x, ylabel="m1 - m1(before), same seeds (x 1e-4)",
             title=f"{rows[0]['n_galaxies']} galaxies, jackknife over seeds")  # fmt: skip
     ax2.set_xticklabels(names, rotation=20, fontsize=8)
+    if study := rows[0].get("draws_study"):
+        ax3 = fig.add_axes([0.93, 0.15, 0.25, 0.7])
+        n_study, study = study["n_galaxies"], study["rows"]
+        k = np.array([s["K"] for s in study], float)
+        for i, (name, mk) in enumerate((("corrected", "o"), ("uncorrected", "s"))):
+            ax3.errorbar(k * (1 + 0.04 * (i - 0.5)), [1e4 * s[name]["dm"] for s in study],
+                         [1e4 * s[name]["dm_err"] for s in study], marker=mk, capsize=3,
+                         label=name)  # fmt: skip
+        ax3.plot(k, [1e4 * s["corrected"]["mc_sd"] for s in study], "k:", label="MC sd per set")
+        ax3.axhline(0.0, color="k", lw=0.8)
+        ax3.set(xscale="log", xlabel="draws per galaxy K", ylabel="m_K - m_1000 (x 1e-4)",
+                title=f"before's draws of {n_study} galaxies\nin K-draw sets")  # fmt: skip
+        ax3.legend(fontsize=7)
 
 
 def main() -> None:
@@ -170,9 +233,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="realizations per batch")
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--base-seed", type=int, default=0)
+    ap.add_argument("--study-batches", type=int, default=64,
+                    help="batches of `before` for the draws study on real galaxies (the first "
+                         "--batches of them timed)")  # fmt: skip
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = ap.parse_args()
-    args.seeds = args.batch * args.batches // 4  # 4 realizations per seed (paired, ring)
     h.configure(True)
     info = h.provenance("float64")
     h.banner(info)
@@ -189,6 +254,14 @@ def main() -> None:
         t.row(v, r["num_samples"], r["compile_s"], r["median_batch_s"], r["galaxies_per_s"],
               r["m1"], r["m1_err"], r["dm1"], r["dm1_err"])  # fmt: skip
         rows.append(r)
+    if study := rows[0].get("draws_study"):
+        print(f"{rows[0]['variant']}'s 1,000 draws per galaxy of {study['n_galaxies']} galaxies "
+              "in disjoint K-draw sets, m against all 1,000:")  # fmt: skip
+        for s_ in study["rows"]:
+            c, u = s_["corrected"], s_["uncorrected"]
+            print(f"  K = {s_['K']:4d} ({s_['sets']:2d} sets): corrected dm {c['dm']:+.2e} +- "
+                  f"{c['dm_err']:.1e} (sd per set {c['mc_sd']:.1e}), plain {u['dm']:+.2e} +- "
+                  f"{u['dm_err']:.1e}")  # fmt: skip
     ratio = {r["variant"]: r["galaxies_per_s"] / base["galaxies_per_s"] for r in rows}
     print("galaxies/s against before: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
     m = {"rows": rows, "ratio_to_before": ratio, "target_galaxies_per_s": TARGET_RATE,
