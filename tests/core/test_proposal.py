@@ -267,7 +267,8 @@ def test_the_key_at_its_default_keeps_the_config_hash(tmp_path):
     import hashlib
     import json
 
-    keys = ("proposal", "proposal_dof", "proposal_centre")
+    keys = ("proposal", "proposal_dof", "proposal_centre", "gauss_newton_precision",
+            "draw_precision")  # fmt: skip
     base = load_config(
         write_config(
             tmp_path / "b.yaml",
@@ -275,8 +276,9 @@ def test_the_key_at_its_default_keeps_the_config_hash(tmp_path):
             base=LEVEL2,
         )
     )  # without the keys
+    mc0 = {"num_steps": 200, "optimizer": "gauss_newton"}
     explicit = load_config(write_config(tmp_path / "n.yaml",
-                                        {f"inference.map_config.{k}": None for k in keys},
+                                        {"inference.map_config": {**mc0, **dict.fromkeys(keys)}},
                                         base=LEVEL2))  # fmt: skip
     data = base.model_dump(mode="json", exclude={"campaign"})  # the hash before the keys
     for key in keys:
@@ -288,8 +290,10 @@ def test_the_key_at_its_default_keeps_the_config_hash(tmp_path):
     hashes = {config_hash(base)}
     for i, edits in enumerate(({"proposal": "student_t"},
                                {"proposal": "student_t", "proposal_dof": 5},
-                               {"proposal_centre": "target"})):  # fmt: skip
-        mc = {"num_steps": 200, "optimizer": "gauss_newton", **edits}
+                               {"proposal_centre": "target"},
+                               {"gauss_newton_precision": "float32"},
+                               {"draw_precision": "float32"})):  # fmt: skip
+        mc = {**mc0, **edits}
         cfg = write_config(tmp_path / f"{i}.yaml", {"inference.map_config": mc}, base=LEVEL2)
         hashes.add(config_hash(load_config(cfg)))
-    assert len(hashes) == 4
+    assert len(hashes) == 6

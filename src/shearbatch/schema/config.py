@@ -685,6 +685,8 @@ _HASH_NEUTRAL = (
     ("inference", "map_config", "proposal"),
     ("inference", "map_config", "proposal_dof"),
     ("inference", "map_config", "proposal_centre"),
+    ("inference", "map_config", "gauss_newton_precision"),
+    ("inference", "map_config", "draw_precision"),
 )
 
 
