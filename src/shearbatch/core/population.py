@@ -169,13 +169,9 @@ def log_weights(g: jax.Array, eps: jax.Array, log_base: jax.Array, log_pe: LogPr
     return jnp.where(jnp.isfinite(log_base), lw, -jnp.inf)
 
 
-def _galaxy_terms(g, eps, log_base, log_pe):
-    """``log (1/K_i) sum_k w_ik(g)`` (N,), K_i the galaxy's valid draws, plus the
-    delta-method correction of its finite-draw bias over the antithetic pairs of draws,
-    ``(sum_j P_ij^2 - 1/J) / 2`` (:func:`shearbatch.core.population_np.correction`; 0 for
-    a galaxy without support)."""
-    lw = log_weights(g, eps, log_base, log_pe)
-    k = jnp.sum(jnp.isfinite(log_base), axis=-1)
+def _delta_terms(lw, k):
+    """``log (1/K) sum_k w_k`` (N,) of log weights ``lw`` (N, K) plus its delta-method
+    correction over the antithetic pairs (0 without support)."""
     lse = jax.nn.logsumexp(lw, axis=-1)
     ok = jnp.isfinite(lse)
     p = jnp.exp(lw - jnp.where(ok, lse, 0.0)[..., None])
@@ -183,6 +179,26 @@ def _galaxy_terms(g, eps, log_base, log_pe):
     pairs = p[..., :h].at[..., : n - h].add(p[..., h:])
     corr = 0.5 * (jnp.sum(pairs * pairs, axis=-1) - 1.0 / h)
     return lse - jnp.log(jnp.maximum(k, 1)) + jnp.where(ok, corr, 0.0)
+
+
+def _galaxy_terms(g, eps, log_base, log_pe):
+    """Per galaxy (N,) the corrected ``log (1/K_i) sum_k w_ik(g)`` as
+    :func:`shearbatch.core.population_np.evaluate` computes it with its default correction
+    (:data:`~shearbatch.core.population_np.DEFAULT_CORRECTION`, ``"halves"``): the
+    delta-corrected estimate of all the draws T and of each half of them (T_a, T_b, whole
+    antithetic pairs), combined as ``2 T - (T_a + T_b) / 2`` where both halves have support."""
+    from .population_np import half_columns
+
+    lw = log_weights(g, eps, log_base, log_pe)
+    valid = jnp.isfinite(log_base)
+    t = _delta_terms(lw, jnp.sum(valid, axis=-1))
+    cols = half_columns(lw.shape[-1])
+    if cols is None:
+        return t
+    ta, tb = (_delta_terms(lw[..., c], jnp.sum(valid[..., c], axis=-1)) for c in cols)
+    ok = jnp.isfinite(t) & jnp.isfinite(ta) & jnp.isfinite(tb)
+    safe = jnp.where(ok, 2.0 * t - 0.5 * (jnp.where(ok, ta, 0.0) + jnp.where(ok, tb, 0.0)), 0.0)
+    return jnp.where(ok, safe, t)
 
 
 def log_likelihood(

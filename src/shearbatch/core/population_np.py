@@ -22,6 +22,12 @@ product of one-dimensional densities (:class:`ShapePrior`: normal, uniform, flat
 truncated normal or log-normal by the density :func:`core.population.shape_log_prior`
 uses). A galaxy's ``log L_i = log (1/K) sum_k w_k`` then has gradient ``E_p[d lw]`` and
 Hessian ``E_p[d2 lw] + Cov_p[d lw]`` under its normalised weights ``p``.
+
+The log of a mean of K weights is biased low by O(1/K), and the bias depends on ``g``:
+every evaluation corrects it (``correct``, :data:`CORRECTIONS`; default
+:data:`DEFAULT_CORRECTION`): the delta method over the antithetic pairs of draws
+(:func:`correction`), extrapolated over the two halves of the draws (``"halves"``), with
+the exact derivatives of both.
 """
 
 from __future__ import annotations
@@ -234,8 +240,12 @@ def correction(p: np.ndarray) -> np.ndarray:
     independent draws (NUTS) pairing draw ``k`` with ``k + J`` is as valid, with half the
     degrees of freedom. The bias depends on ``g``, so uncorrected it moves the pooled
     maximum by O(1/K) (bench/bench_draws.py measures it); corrected, the residual is
-    O(1/K^2). The correction assumes the weights have a finite variance, which a Pareto
-    k-hat below :func:`khat_threshold` says (:func:`pareto_khat`)."""
+    O(1/K^2) where the weights' variance is finite and well estimated from the draws, which
+    a Pareto k-hat below :func:`khat_threshold` says (:func:`pareto_khat`). On real Level 2
+    galaxies it removes ~80% of the bias and leaves an O(1/K) remainder (-2e-4 in m at 200
+    draws: bench/bench_level2_rate.py): the default correction, ``"halves"``, extrapolates
+    the delta-corrected estimate over the two halves of the draws (:func:`half_columns`),
+    ``2 T - (T_a + T_b) / 2``, which removes any O(1/K) remainder and leaves O(1/K^2)."""
     pp = pair_sums(np.asarray(p, np.float64))
     s2 = np.einsum("ij,ij->i", pp, pp)
     return np.where(np.isfinite(s2), 0.5 * (s2 - 1.0 / pp.shape[-1]), 0.0)
@@ -542,6 +552,61 @@ def _corrected(terms, p, per_draw, mean, b):
     return terms, grad, hess
 
 
+#: the finite-draw corrections of ``log (1/K) sum_k w_k`` (``correct`` of :func:`evaluate`
+#: and :func:`fit`): ``"none"``, ``"delta"`` (:func:`correction`) and ``"halves"`` (the
+#: delta-corrected estimate extrapolated over the two halves of the draws:
+#: :func:`halves`); True means :data:`DEFAULT_CORRECTION`, False ``"none"``
+CORRECTIONS = ("none", "delta", "halves", "halves_plain")
+DEFAULT_CORRECTION = "halves"
+
+
+def correction_mode(correct: bool | str) -> str:
+    """``correct`` as one of :data:`CORRECTIONS`."""
+    if correct is True:
+        return DEFAULT_CORRECTION
+    if correct is False:
+        return "none"
+    if correct not in CORRECTIONS:
+        raise ValueError(f"correct: {correct!r} is not one of {', '.join(CORRECTIONS)}")
+    return correct
+
+
+def half_columns(n_draws: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The draws (columns) of the two halves of ``n_draws`` antithetic draws, each half whole
+    pairs in the proposals' order (its first members, then their twins: :func:`pair_sums`
+    pairs them again); None below two pairs per half. A lone last draw (odd K) is left out."""
+    h = n_draws // 2
+    if h < 4:
+        return None
+    a = np.arange(h // 2)
+    b = np.arange(h // 2, 2 * (h // 2))
+    off = (n_draws + 1) // 2
+    return np.concatenate([a, a + off]), np.concatenate([b, b + off])
+
+
+def _corrected_block(g, eps, base, prior, order, correct):
+    """:func:`_block` with the correction ``correct`` (:func:`correction_mode`): for
+    ``"halves"``, ``2 T - (T_a + T_b) / 2`` of the delta-corrected estimates of all the
+    draws (T) and of each half (T_a, T_b), in value, gradient and Hessian (:func:`halves`)."""
+    mode = correction_mode(correct)
+    delta = mode in ("delta", "halves")
+    out = _block(g, eps, base, prior, order, delta)
+    cols = half_columns(np.shape(base)[-1]) if mode.startswith("halves") else None
+    if cols is None:
+        return out
+    terms, k, ess, grad, hess = out
+    parts = [_block(g, eps[:, c], base[:, c], prior, order, delta) for c in cols]
+    # a galaxy whose halves do not both have support keeps the delta-corrected estimate
+    ok = np.isfinite(terms) & np.isfinite(parts[0][0]) & np.isfinite(parts[1][0])
+    with np.errstate(invalid="ignore"):
+        terms = np.where(ok, 2.0 * terms - 0.5 * (parts[0][0] + parts[1][0]), terms)
+        if order:
+            grad = np.where(ok[:, None], 2.0 * grad - 0.5 * (parts[0][3] + parts[1][3]), grad)
+            hess = np.where(ok[:, None, None], 2.0 * hess - 0.5 * (parts[0][4] + parts[1][4]),
+                            hess)  # fmt: skip
+    return terms, k, ess, grad, hess
+
+
 def evaluate(
     g: Any,
     eps: np.ndarray,
@@ -550,7 +615,7 @@ def evaluate(
     order: int = 0,
     index: np.ndarray | None = None,
     threads: int = 1,
-    correct: bool = True,
+    correct: bool | str = True,
 ) -> Evaluation:
     """Per-galaxy ``log L_i(g)`` (and with ``order = 2`` its gradient and Hessian) of
     draws ``eps`` (N, K, 2) with per-draw ``log_base`` (N, K), in float64 whatever their
@@ -558,8 +623,9 @@ def evaluate(
     galaxies to evaluate (rows of ``eps``; default all), read a block at a time (no copy of
     the selection); ``threads``: blocks evaluated by that many threads (NumPy releases the
     GIL inside its loops; each galaxy's result is the same whatever the threads);
-    ``correct``: add the finite-draw bias correction (:func:`correction`) and its
-    derivatives (the default; False: the plain log of the mean weight)."""
+    ``correct``: the finite-draw bias correction and its derivatives, one of
+    :data:`CORRECTIONS` (True: :data:`DEFAULT_CORRECTION`; False: the plain log of the mean
+    weight)."""
     g = np.asarray(g, np.float64)
     n = len(eps) if index is None else len(index)
     terms, k, ess = np.empty(n), np.empty(n, np.int64), np.empty(n)
@@ -570,7 +636,7 @@ def evaluate(
 
     def one(sl: slice) -> None:
         rows = sl if index is None else index[sl]
-        t, kk, e, gr, h = _block(g, eps[rows], log_base[rows], prior, order, correct)
+        t, kk, e, gr, h = _corrected_block(g, eps[rows], log_base[rows], prior, order, correct)
         terms[sl], k[sl], ess[sl] = t, kk, e
         if order:
             grad[sl], hess[sl] = gr, h
@@ -639,7 +705,7 @@ def fit(
     tol: float = 1e-10,
     index: np.ndarray | None = None,
     threads: int = 1,
-    correct: bool = True,
+    correct: bool | str = True,
 ) -> PopulationFit:
     """:func:`shearbatch.core.population.fit` in NumPy: the maximum of ``sum_i weight_i
     log L_i(g)`` over ``|g| < 1`` by the same damped Newton from ``g0`` (the Newton step
