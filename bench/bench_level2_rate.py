@@ -8,8 +8,8 @@ realizations (consecutive seeds, the same for every variant), one process, post-
 
 - ``before``: the config as shipped before issue 42: 1,000 Student-t draws per galaxy,
   every stamp in float64;
-- one lever at a time, the rest as ``before``: ``draws_100`` (100 draws per galaxy, the
-  count bench/bench_draws.py chose), ``draw_f32`` (each draw's stamps rendered in float32:
+- one lever at a time, the rest as ``before``: ``draws_200`` (200 draws per galaxy, the
+  count shipped), ``draw_f32`` (each draw's stamps rendered in float32:
   ``map_config.draw_precision``), ``gn_f32`` (the Gauss-Newton steps in float32, exact
   Newton in float64: ``map_config.gauss_newton_precision``);
 - ``shipped``: configs/level2.yaml now (all three).
@@ -49,12 +49,17 @@ import _harness as h
 BEFORE = {"num_samples": 1000, "draw_precision": None, "gauss_newton_precision": None}
 VARIANTS = {
     "before": {},
-    "draws_100": {"num_samples": 100},
+    "draws_200": {"num_samples": 200},
     "draw_f32": {"draw_precision": "float32"},
     "gn_f32": {"gauss_newton_precision": "float32"},
     "shipped": None,  # configs/level2.yaml as it is
 }
-SUBSET_KS = [50, 100, 200, 250]  # the draws-per-galaxy study on before's draws
+SUBSET_KS = [50, 100, 200, 250]
+MODES = (
+    "halves",
+    "delta",
+    "none",
+)  # population_np.CORRECTIONS: the shipped one first  # the draws-per-galaxy study on before's draws
 TARGET_RATE = 400.0  # issue 42: Level 2 galaxies/s, one process, post-compile
 
 
@@ -107,8 +112,9 @@ def m_of(
 def subsets(rows: list[dict], prior, shear: float, ks: list[int]) -> list[dict[str, Any]]:
     """The draws-per-galaxy study on real Level 2 galaxies: ``before``'s 1,000 draws per
     galaxy (500 antithetic pairs: draw j with j + 500) split into 1,000 / K disjoint sets of
-    K / 2 pairs, each a K-draw run of the same proposal; m from each set (corrected, and
-    the plain log-mean-exp) against m from all 1,000 (corrected): the mean shift, its error
+    K / 2 pairs, each a K-draw run of the same proposal; m from each set (with each of
+    :data:`MODES`' corrections) against m from all 1,000 (the shipped correction): the mean
+    shift, its error
     (the sets' sd / sqrt(sets)) and the sets' sd (the draws' Monte Carlo noise in m at K
     on these galaxies, against the shape noise, ``m1_err``)."""
     half = rows[0]["eps"].shape[1] // 2
@@ -116,16 +122,16 @@ def subsets(rows: list[dict], prior, shear: float, ks: list[int]) -> list[dict[s
     out = []
     for k in ks:
         sets = half // (k // 2)
-        per = {True: [], False: []}
+        per = {mode: [] for mode in MODES}
         for i in range(sets):
             pick = np.arange(i * (k // 2), (i + 1) * (k // 2))
             idx = np.concatenate([pick, pick + half])  # antithetic pairs: j, then j + half
             sub = [{**r, "eps": r["eps"][:, idx], "log_base": r["log_base"][:, idx]} for r in rows]
-            for corr in (True, False):
-                per[corr].append(m_of(sub, prior, shear, correct=corr)[0] - m_all)
+            for mode in MODES:
+                per[mode].append(m_of(sub, prior, shear, correct=mode)[0] - m_all)
         row = {"K": k, "sets": sets}
-        for corr, name in ((True, "corrected"), (False, "uncorrected")):
-            x = np.asarray(per[corr])
+        for name in MODES:
+            x = np.asarray(per[name])
             row[name] = {"dm": float(x.mean()), "dm_err": float(x.std(ddof=1) / np.sqrt(sets)),
                          "mc_sd": float(x.std(ddof=1))}  # fmt: skip
         out.append(row)
@@ -217,11 +223,11 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
         ax3 = fig.add_axes([0.93, 0.15, 0.25, 0.7])
         n_study, study = study["n_galaxies"], study["rows"]
         k = np.array([s["K"] for s in study], float)
-        for i, (name, mk) in enumerate((("corrected", "o"), ("uncorrected", "s"))):
-            ax3.errorbar(k * (1 + 0.04 * (i - 0.5)), [1e4 * s[name]["dm"] for s in study],
+        for i, (name, mk) in enumerate(zip(MODES, "os^", strict=True)):
+            ax3.errorbar(k * (1 + 0.04 * (i - 1)), [1e4 * s[name]["dm"] for s in study],
                          [1e4 * s[name]["dm_err"] for s in study], marker=mk, capsize=3,
                          label=name)  # fmt: skip
-        ax3.plot(k, [1e4 * s["corrected"]["mc_sd"] for s in study], "k:", label="MC sd per set")
+        ax3.plot(k, [1e4 * s["halves"]["mc_sd"] for s in study], "k:", label="MC sd per set")
         ax3.axhline(0.0, color="k", lw=0.8)
         ax3.set(xscale="log", xlabel="draws per galaxy K", ylabel="m_K - m_1000 (x 1e-4)",
                 title=f"before's draws of {n_study} galaxies\nin K-draw sets")  # fmt: skip
@@ -258,10 +264,9 @@ def main() -> None:
         print(f"{rows[0]['variant']}'s 1,000 draws per galaxy of {study['n_galaxies']} galaxies "
               "in disjoint K-draw sets, m against all 1,000:")  # fmt: skip
         for s_ in study["rows"]:
-            c, u = s_["corrected"], s_["uncorrected"]
-            print(f"  K = {s_['K']:4d} ({s_['sets']:2d} sets): corrected dm {c['dm']:+.2e} +- "
-                  f"{c['dm_err']:.1e} (sd per set {c['mc_sd']:.1e}), plain {u['dm']:+.2e} +- "
-                  f"{u['dm_err']:.1e}")  # fmt: skip
+            print(f"  K = {s_['K']:4d} ({s_['sets']:2d} sets): " + ", ".join(
+                f"{m} dm {s_[m]['dm']:+.2e} +- {s_[m]['dm_err']:.1e}" for m in MODES)
+                + f" (sd per set {s_['halves']['mc_sd']:.1e})")  # fmt: skip
     ratio = {r["variant"]: r["galaxies_per_s"] / base["galaxies_per_s"] for r in rows}
     print("galaxies/s against before: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
     m = {"rows": rows, "ratio_to_before": ratio, "target_galaxies_per_s": TARGET_RATE,
