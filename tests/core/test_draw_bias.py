@@ -124,8 +124,9 @@ def test_the_default_correction_is_the_shipped_one():
     assert pnp.correction_mode(True) == "halves" and pnp.correction_mode(False) == "none"
 
 
+@pytest.mark.parametrize("mode", ["delta", "halves"])
 @pytest.mark.parametrize("k", [12, 13])
-def test_the_corrected_derivatives_are_those_of_its_value(k):
+def test_the_corrected_derivatives_are_those_of_its_value(k, mode):
     rng = np.random.default_rng(k)
     eps = rng.normal(0.0, 0.3, (20, k, 2))
     eps *= 0.9 / np.maximum(0.9, np.linalg.norm(eps, axis=-1, keepdims=True))
@@ -133,17 +134,38 @@ def test_the_corrected_derivatives_are_those_of_its_value(k):
     base[0, 3] = -np.inf  # a missing draw
     prior = pnp.ShapePrior(Prior("normal", (0.0, SE)), Prior("normal", (0.0, SE)))
     g, h = np.array([0.03, -0.02]), 1e-5
-    ev = pnp.evaluate(g, eps, base, prior, 2)
-    np.testing.assert_array_equal(ev.terms, pnp.evaluate(g, eps, base, prior, 0).terms)
-    plain = pnp.evaluate(g, eps, base, prior, 0, correct=False).terms
-    np.testing.assert_allclose(ev.terms - plain, pnp.correction(_normalised(g, eps, base, prior)),
-                               rtol=1e-12, atol=1e-15)  # fmt: skip
+    ev = pnp.evaluate(g, eps, base, prior, 2, correct=mode)
+    np.testing.assert_array_equal(
+        ev.terms, pnp.evaluate(g, eps, base, prior, 0, correct=mode).terms
+    )
+    if mode == "delta":
+        plain = pnp.evaluate(g, eps, base, prior, 0, correct="none").terms
+        np.testing.assert_allclose(ev.terms - plain, pnp.correction(_normalised(g, eps, base, prior)),
+                                   rtol=1e-12, atol=1e-15)  # fmt: skip
     for i in range(2):
         d = np.zeros(2)
         d[i] = h
-        up, dn = (pnp.evaluate(g + s * d, eps, base, prior, 2) for s in (1, -1))
+        up, dn = (pnp.evaluate(g + s * d, eps, base, prior, 2, correct=mode) for s in (1, -1))
         np.testing.assert_allclose((up.terms - dn.terms) / (2 * h), ev.grad[:, i], atol=1e-7)
         np.testing.assert_allclose((up.grad - dn.grad) / (2 * h), ev.hess[:, :, i], atol=1e-6)
+
+
+def test_halves_extrapolate_the_delta_corrected_estimate():
+    rng = np.random.default_rng(5)
+    eps = rng.normal(0.0, 0.3, (10, 16, 2))
+    base = rng.normal(0.0, 1.0, (10, 16))
+    prior = pnp.ShapePrior(Prior("normal", (0.0, SE)), Prior("normal", (0.0, SE)))
+    g = np.array([0.01, 0.02])
+    a, b = pnp.half_columns(16)
+    np.testing.assert_array_equal(a, [0, 1, 2, 3, 8, 9, 10, 11])  # whole pairs: j, j + 8
+    np.testing.assert_array_equal(b, [4, 5, 6, 7, 12, 13, 14, 15])
+
+    def t(cols):
+        return pnp.evaluate(g, eps[:, cols], base[:, cols], prior, 0, correct="delta").terms
+
+    want = 2.0 * t(slice(None)) - 0.5 * (t(a) + t(b))
+    got = pnp.evaluate(g, eps, base, prior, 0, correct="halves").terms
+    np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
 def _normalised(g, eps, base, prior):
