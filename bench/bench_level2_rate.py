@@ -204,7 +204,9 @@ def measure(variant: str, args: Any) -> dict[str, Any]:
 
 def draw(fig: Any, res: dict[str, Any]) -> None:
     rows = res["measured"]["rows"]
-    ax1, ax2 = fig.subplots(1, 2)
+    study = rows[0].get("draws_study")
+    fig.set_size_inches(16 if study else 11, 4.6)
+    ax1, ax2, *rest = fig.subplots(1, 3 if study else 2)
     names = [r["variant"] for r in rows]
     x = np.arange(len(rows))
     ax1.bar(x, [r["galaxies_per_s"] for r in rows], color="C0")
@@ -219,8 +221,8 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
     ax2.set(xticks=x, ylabel="m1 - m1(before), same seeds (x 1e-4)",
             title=f"{rows[0]['n_galaxies']} galaxies, jackknife over seeds")  # fmt: skip
     ax2.set_xticklabels(names, rotation=20, fontsize=8)
-    if study := rows[0].get("draws_study"):
-        ax3 = fig.add_axes([0.93, 0.15, 0.25, 0.7])
+    if study:
+        ax3 = rest[0]
         n_study, study = study["n_galaxies"], study["rows"]
         k = np.array([s["K"] for s in study], float)
         for i, (name, mk) in enumerate(zip(MODES, "os^", strict=True)):
