@@ -246,7 +246,8 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence,
     d = interim_draws(path, check)
     if d is None:
         return None
-    f = pnp.fit(d["eps"], d["log_base"], pnp.ShapePrior(*d["population"]))
+    prior = pnp.ShapePrior(*d["population"])
+    f = pnp.fit(d["eps"], d["log_base"], prior)
     row: dict[str, Any] = {"shear_model": "interim", "point_estimate": "population",
                            "pop_n_galaxies": f.n_galaxies}  # fmt: skip
     k = np.maximum(f.n_draws, 1)
@@ -256,7 +257,7 @@ def _population_columns(path: Path, truth: Mapping[str, Any], conv: Convergence,
     imp = imp if isinstance(imp, Mapping) else {}
     row["is_ess_min"] = imp.get("min")
     # the reliability of each galaxy's weights: Pareto k-hat at the estimate (ArviZ's PSIS)
-    khat = pnp.pareto_khat_at(f.g, d["eps"], d["log_base"], pnp.ShapePrior(*d["population"]))
+    khat = pnp.pareto_khat_at(f.g, d["eps"], d["log_base"], prior)
     high = khat > pnp.khat_threshold(f.n_draws)
     row["pop_khat_max"] = float(np.nanmax(khat)) if np.isfinite(khat).any() else math.nan
     row["pop_n_khat_high"] = int(high.sum())

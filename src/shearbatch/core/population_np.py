@@ -236,7 +236,7 @@ def correction(p: np.ndarray) -> np.ndarray:
     pair means, and :math:`\mathrm{Var}(\hat S)/S^2` is estimated by
     :math:`\sum_j P_j^2 - 1/J`. (The same formula over single draws,
     :math:`\sum_k p_k^2 - 1/K = 1/\mathrm{ESS} - 1/K`, ignores the pairs' cancellation
-    and over-corrects: measured on the known-answer toy, +5e-4 in m at 100 draws.) For
+    and over-corrects.) For
     independent draws (NUTS) pairing draw ``k`` with ``k + J`` is as valid, with half the
     degrees of freedom. The bias depends on ``g``, so uncorrected it moves the pooled
     maximum by O(1/K) (bench/bench_draws.py measures it); corrected, the residual is
