@@ -91,3 +91,24 @@ def max_diff_sd(a: dict, b: dict) -> float:
         sd = vb.std(axis=(0, 1))
         worst = max(worst, float(np.max(np.abs(va - vb) / np.where(sd > 0, sd, 1.0))))
     return worst
+
+
+def as_before_checksums(root: Path, manifest: Path | None = None, records: bool = True) -> None:
+    """Make the campaign in ``root`` one written by a version from before checksums
+    existed: its ``campaign.json`` (``manifest``'s, default its own) without
+    ``record_format`` and created the day before :data:`shearbatch.io.integrity.CHECKSUMS_SINCE`;
+    with ``records``, each ``convergence.json`` in it without ``checksums`` and ``code``
+    (neither was written then)."""
+    import datetime
+    import json
+
+    from shearbatch.io import integrity
+
+    man = json.loads((manifest or root / "campaign.json").read_text())
+    man.pop(integrity.FORMAT_KEY)
+    man["created_at"] = (integrity.CHECKSUMS_SINCE - datetime.timedelta(days=1)).isoformat()
+    (root / "campaign.json").write_text(json.dumps(man, indent=1))
+    for p in root.glob("*/convergence.json") if records else ():
+        conv = json.loads(p.read_text())
+        del conv[integrity.KEY], conv["code"]
+        p.write_text(json.dumps(conv))

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._version import code_version
 from .campaign import Realization, make_batches
 from .core.batching import (
     batched,
@@ -448,9 +449,10 @@ def run_campaign(
     stops the loop before its next batch; the writes already queued finish. A write
     that fails raises :class:`~shearbatch.io.WriteError` (one line) once the writes
     in flight have ended; every realization is then complete or absent.
-    ``provenance`` (config, plan, versions, device: see
+    ``provenance`` (config, plan, versions, code version, device: see
     :func:`shearbatch.io.manifest.realization_provenance`) is recorded in every
-    ``convergence.json``, next to its seed, batch size and config hash.
+    ``convergence.json``, next to its seed, batch size and config hash (the code version,
+    :func:`~shearbatch._version.code_version`, also without it).
     ``lane_chunk``: lanes evaluated together inside the compiled program
     (:func:`lane_chunk_for`); it changes speed, not results beyond the last bit.
     ``batch_size`` ``"auto"`` and a batch that does not fit ``memory_budget`` (bytes or
@@ -500,7 +502,9 @@ def run_campaign(
     check = chi2_program(spec.model)  # the residual at each estimate (core/checks.py)
     # the provenance every record repeats, encoded once (io.writer.RawJSON), and the
     # directories as plain strings (str(out_dir(...)), without a Path per realization)
-    prov = {k: raw_json(v) for k, v in (provenance or {}).items()}
+    given = dict(provenance or {})
+    given["code"] = given.get("code") or code_version()  # every record names what wrote it
+    prov = {k: raw_json(v) for k, v in given.items()}
     root = str(Path(output_dir))
     dtype = str(jnp.result_type(float))
     status: dict[str, str] = {}

@@ -17,6 +17,7 @@ from shearbatch.analysis import extract
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core import flags as fl
 from shearbatch.io import find_realization_dirs
+from tests.conftest import as_before_checksums
 
 GRID = ["-0.05", "-0.02", "0.02", "0.05"]
 
@@ -97,8 +98,10 @@ def test_old_convergence_json_without_a_mode_leaves_the_mode_empty(campaign, tmp
     d = find_realization_dirs(campaign / "task0")[0]
     conv = json.loads((d / "convergence.json").read_text())
     conv.pop("mode")
-    conv.pop("checksums")  # older files have none (an edited file with them is corrupt)
+    for key in ("checksums", "code"):  # older files have neither: they read as before in a
+        conv.pop(key)  # campaign from before checksums (tests/guarantees/test_damage.py)
     old = tmp_path / d.name
+    as_before_checksums(tmp_path, campaign / "task0" / "campaign.json", records=False)
     shutil.copytree(d, old)
     (old / "convergence.json").write_text(json.dumps(conv))
     row = extract.read_realization(old)
@@ -114,8 +117,10 @@ def test_older_names_of_the_point_estimate_are_still_read(campaign, tmp_path):
     conv = json.loads((d / "convergence.json").read_text())
     assert conv["point_estimate"] == "mode" and "estimate" not in conv
     conv["map_estimate"], conv["estimate"] = conv.pop("mode"), conv.pop("point_estimate")
-    conv.pop("checksums")  # older files have none (an edited file with them is corrupt)
+    for key in ("checksums", "code"):  # older files have neither: they read as before in a
+        conv.pop(key)  # campaign from before checksums (tests/guarantees/test_damage.py)
     old = tmp_path / d.name
+    as_before_checksums(tmp_path, campaign / "task0" / "campaign.json", records=False)
     shutil.copytree(d, old)
     (old / "convergence.json").write_text(json.dumps(conv))
     row, new = extract.read_realization(old), extract.read_realization(d)

@@ -107,16 +107,14 @@ def test_array_task_slices_from_flags_and_slurm_env(tmp_path, monkeypatch):
 
 def _fake_complete(root, run_id):
     """A directory that is complete by io.layout's definition (JSON files that parse, a
-    whole netCDF4 file), without running the inference."""
-    import netCDF4
+    whole netCDF4 file, the checksums the writer records), without running the inference."""
+    import numpy as np
 
-    d = root / run_id
-    d.mkdir()
-    with netCDF4.Dataset(d / "posterior.nc", "w") as nc:
-        nc.createDimension("draw", 2)
-        nc.createVariable("g1", "f8", ("draw",))[:] = [0.0, 0.0]
-    (d / "truth.json").write_text('{"g1": 0.01, "g2": 0.0}')
-    (d / "convergence.json").write_text('{"status": "ok"}')
+    from shearbatch.io import write_realization
+
+    write_realization(root / run_id, posterior={"g1": np.zeros((1, 2)), "g2": np.zeros((1, 2))},
+                      sample_stats={}, observed=np.zeros((1, 4, 4)), attrs={},
+                      truth={"g1": 0.01, "g2": 0.0}, convergence={"status": "ok"})  # fmt: skip
 
 
 def test_plan_skips_completed_realizations(tmp_path):

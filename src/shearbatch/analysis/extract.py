@@ -13,7 +13,8 @@ SLURM task, per level, ...) are found too. Each one becomes one row of
 - ``corrupt``: a file exists but cannot be read, or is damaged: its size or a
   checksum recorded in ``convergence.json`` disagrees (:mod:`shearbatch.io.integrity`:
   each posterior variable's shape, dtype and CRC, the whole file's, ``truth.json``'s and
-  the record's own), ``posterior.nc``'s run_id, seed or true shear contradicts
+  the record's own), the record has no checksums in a campaign whose ``campaign.json``
+  does not predate them, ``posterior.nc``'s run_id, seed or true shear contradicts
   ``truth.json``, or a draw of g1 or g2 is not finite; ``reason`` says which.
 
 Only what a file states is written: the posterior columns of a non-``ok`` row
@@ -30,6 +31,10 @@ galaxies, and the errors of ``bias-stats`` resample seeds), ``pair_id`` and
 ``pair_sign`` (+g/-g twins sharing galaxy and noise), ``rotation`` and
 ``n_rotations`` (ring designs: copy k of n with the intrinsic shapes rotated by
 k * 180 / n degrees; empty without rotations).
+
+``code_commit``, ``code_dirty``, ``code_fingerprint``: the code version that wrote the
+realization (its record's ``code``: :func:`shearbatch._version.code_version`); empty in a
+record from before it was recorded.
 
 ``passed_convergence`` comes from the one convergence gate of
 :mod:`shearbatch.core.flags`: the realization's own flags (written by
@@ -101,7 +106,7 @@ SUMMARY_COLUMNS = [
     "rotation", "n_rotations",
     "batch_size", "runtime_s", "reason", "flags", "truth_from_prior",
     "point_estimate", "precision", "snr", "prior_shrinkage_g1", "prior_shrinkage_g2", "path",
-    "config_hash",
+    "config_hash", "code_commit", "code_dirty", "code_fingerprint",
     # the interim model's population fit (core/population.py)
     "shear_model", "pop_n_galaxies", "pop_ess_min", "pop_n_collapsed", "is_ess_min",
     "pop_khat_max", "pop_n_khat_high",
@@ -334,6 +339,10 @@ def read_realization(
         row["batch_size"] = conv.batch.get("size") if conv.batch is not None else None
         row["runtime_s"] = conv.runtime_s
         row["flags"] = "|".join(conv.flag_names)
+        code = conv.code  # (a value of the wrong type reads as unknown)
+        for k in ("commit", "dirty", "fingerprint"):
+            v = code.get(k)
+            row[f"code_{k}"] = v if isinstance(v, bool if k == "dirty" else str) else None
     if ins.status != "done" or conv is None:
         return done("incomplete" if ins.status == "absent" else ins.status, ins.reason)
     interim = cols = None
@@ -561,7 +570,7 @@ def summary_text(rows: Sequence[Mapping[str, Any]]) -> str:
     df = pd.DataFrame(list(rows), columns=SUMMARY_COLUMNS)
     for col in ("seed", "pair_sign", "rotation", "n_rotations", "batch_size", "divergences"):
         df[col] = df[col].astype("Int64")
-    for col in ("passed_convergence", "truth_from_prior", "in_plan"):
+    for col in ("passed_convergence", "truth_from_prior", "in_plan", "code_dirty"):
         df[col] = df[col].astype("boolean")
     return df.to_csv(index=False, float_format="%.10g")
 

@@ -19,7 +19,12 @@ all in it.
 Rows whose campaign-defining settings (config hash, method, precision) differ
 within one campaign are reported as a mix (their ``summary.csv`` columns
 ``config_hash``, ``method``, ``precision`` tell them apart); different batch
-sizes are allowed and only noted.
+sizes are allowed and only noted. So are rows written by more than one code version
+(``summary.csv`` columns ``code_commit``, ``code_dirty``, ``code_fingerprint``: a grown
+campaign whose realizations span commits), in the same line: the commits (with a dirty
+flag) and counts, and whether their results may differ (the method-code fingerprints
+differ, or the config hashes do) or not (one fingerprint and one config hash: the commits
+changed no code that computes a result).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ class Progress(NamedTuple):
     n_complete: int  # ok or failed, of the planned ones (or of all rows without a manifest)
     n_not_started: int
     n_in_progress: int  # directories without convergence.json (in flight or interrupted)
-    mixed: dict[str, dict[str, int]]  # setting -> {value: count}, only when > 1 value
+    # setting -> {value: count}, only when > 1 value (and code_version, code_fingerprint)
+    mixed: dict[str, dict[str, int]]
     batch_sizes: dict[str, int]
     problems: list[str]  # unreadable manifests
     unplanned: tuple[str, ...] = ()  # realization directories (paths) in no manifest's plan
@@ -136,6 +142,7 @@ def campaign_progress(
         c = Counter(str(r[key]) for r in finished if r.get(key) is not None)
         if len(c) > 1:
             mixed[key] = dict(c)
+    mixed.update(_code_versions(finished))
     sizes = Counter(str(r["batch_size"]) for r in finished if r.get("batch_size") is not None)
     prog = Progress(
         n_planned,
@@ -151,10 +158,59 @@ def campaign_progress(
     return out, prog
 
 
+#: what rows without a code version (records from before it was recorded) count as
+UNRECORDED = "unrecorded"
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _code_versions(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """``{"code_version": {commit[:12][+dirty]: n}, "code_fingerprint": {fingerprint: n}}``
+    of ``rows`` when they hold more than one of either, else empty."""
+    versions: Counter[str] = Counter()
+    prints: Counter[str] = Counter()
+    for r in rows:
+        commit, fp = _text(r.get("code_commit")), _text(r.get("code_fingerprint"))
+        if commit is None and fp is None:
+            versions[UNRECORDED] += 1
+        else:
+            dirty = "+dirty" if r.get("code_dirty") is True else ""
+            versions[f"{commit[:12]}{dirty}" if commit else "no git commit"] += 1
+        prints[fp or UNRECORDED] += 1
+    if len(versions) > 1 or len(prints) > 1:
+        return {"code_version": dict(versions), "code_fingerprint": dict(prints)}
+    return {}
+
+
 def mixed_warning(mixed: Mapping[str, Mapping[str, int]]) -> str | None:
-    """One line naming every campaign-defining setting that is mixed, with counts."""
+    """One line naming every campaign-defining setting that is mixed, with counts, and the
+    code versions (commit[+dirty]) when the rows span several, with whether their results
+    may differ."""
     if not mixed:
         return None
-    parts = [f"{k} " + ", ".join(f"{v} x{n}" for v, n in c.items()) for k, c in mixed.items()]
-    return ("mixed campaign settings: " + "; ".join(parts) + " (summary.csv columns "
-            "config_hash, method, precision tell them apart; do not fit them together)")  # fmt: skip
+
+    def counts(c: Mapping[str, int]) -> str:
+        return ", ".join(f"{v} x{n}" for v, n in c.items())
+
+    settings = {k: c for k, c in mixed.items() if k in DEFINING}
+    out = []
+    if settings:
+        parts = [f"{k} {counts(c)}" for k, c in settings.items()]
+        out.append("mixed campaign settings: " + "; ".join(parts) + " (summary.csv columns "
+                   "config_hash, method, precision tell them apart; do not fit them together)")  # fmt: skip
+    versions, prints = mixed.get("code_version"), mixed.get("code_fingerprint") or {}
+    if versions:
+        text = f"realizations written by code versions (commit[+dirty]) {counts(versions)}: "
+        if len(prints) > 1:
+            text += (f"the method code differs (fingerprints {counts(prints)}), so may their "
+                     "results: do not fit them together (summary.csv columns code_commit, "
+                     "code_dirty, code_fingerprint tell them apart)")  # fmt: skip
+        elif "config_hash" in settings:
+            text += "with different config hashes, their results may differ"
+        else:
+            text += (f"the same method code (fingerprint {next(iter(prints), '?')}) and "
+                     "config hash: results unchanged by the commits")  # fmt: skip
+        out.append(text)
+    return "; ".join(out) or None

@@ -12,7 +12,9 @@ statistics (:class:`~shearbatch.core.flags.Gates`: ``rhat``, ``ess_bulk``, ``ess
 ``divergences``, ``divergence_frac``, ``bfmi``), the method's own record (its
 ``diagnose``'s ``diagnostics``: ``optimizer`` and ``laplace`` for MAP, ``elbo`` for VI,
 ``rhat_max``, ``step_size``... for NUTS) and the provenance (``config``, ``campaign``,
-``versions``, ``device``, ``host``), all at the top level.
+``versions``, ``device``, ``host``, and ``code``: the git commit, dirty flag and
+method-code fingerprint of the code that wrote it, :func:`shearbatch._version.code_version`),
+all at the top level.
 
 **The point estimate.** Two names, one meaning each, everywhere (the engine, this record,
 ``summary.csv``, ``bias_results.json``, the methods' ``Draws``):
@@ -40,7 +42,7 @@ from . import flags as fl
 __all__ = ["LEGACY_KEYS", "PROVENANCE_KEYS", "Convergence"]
 
 #: provenance keys (:func:`shearbatch.io.manifest.realization_provenance`)
-PROVENANCE_KEYS = ("config", "campaign", "versions", "device", "host")
+PROVENANCE_KEYS = ("config", "campaign", "versions", "device", "host", "code")
 
 #: older spellings still read: old key -> current key
 LEGACY_KEYS = {"map_estimate": "mode", "estimate": "point_estimate"}
@@ -103,10 +105,16 @@ class Convergence:
     """The batch's report (index, size, lane, the method's lockstep telemetry)."""
     runtime_s: float | None = None
     provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """:data:`PROVENANCE_KEYS`: config, plan settings, versions, device, host."""
+    """:data:`PROVENANCE_KEYS`: config, plan settings, versions, device, host, code version."""
     checksums: dict[str, Any] | None = None
     """What the writer recorded to tell damaged files (:mod:`shearbatch.io.integrity`);
     None in a record not yet written, or written before checksums were."""
+
+    @property
+    def code(self) -> dict[str, Any]:
+        """The code version that wrote it (``commit``, ``dirty``, ``fingerprint``); empty
+        in a record from before it was recorded."""
+        return _map(self.provenance.get("code"))
 
     @property
     def flag_names(self) -> list[str]:

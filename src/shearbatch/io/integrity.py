@@ -20,13 +20,40 @@ sequential read and CRC of ``posterior.nc``, no netCDF open) run in
 :func:`shearbatch.io.layout.inspect_realization`, i.e. for the resume of ``bias-run`` and
 for ``bias-extract``; :func:`dataset_problem` (each variable's shape, dtype and CRC, and
 the file's attributes against ``truth.json``) runs in ``bias-extract``'s netCDF4 read.
-A record without ``checksums`` (written before they were) is not checked.
+
+**A record without checksums** (no ``checksums`` key, or not a mapping) is checked no
+further only in a campaign written before checksums existed; anywhere else the
+realization is ``corrupt`` (:func:`unchecked_problem`, in
+:func:`~shearbatch.io.layout.inspect_realization`: for the resume and ``bias-extract``
+alike), its reason one line naming the missing key and why it is required. Which
+version wrote a campaign is told by its manifest, the ``campaign.json`` beside the
+realization's directory (the shearbatch version it records is no help: it did not change
+when checksums came):
+
+- a manifest with ``record_format`` (:data:`FORMAT_KEY`; :data:`RECORD_FORMAT` = 2, written
+  since the records carry the code version too) was written by a version that records
+  checksums: none is exempt. A campaign grown by a later version keeps its first
+  manifest's ``record_format`` (or its absence) and ``created_at``;
+- a manifest without ``record_format`` predates that key; it predates checksums when its
+  ``created_at`` (UTC, written by every version) is before :data:`CHECKSUMS_SINCE`, the
+  commit (d8f6965) that made the writer record them. Only then is a record without
+  checksums read as before (its attributes still checked against ``truth.json``). A
+  campaign started after that time by an older checkout is told as current: its
+  realizations are ``corrupt`` and a resume redoes them;
+- no manifest (or one that cannot be read): nothing says the campaign predates
+  checksums, so none is exempt (every ``bias-run`` writes ``campaign.json``, since before
+  checksums existed; a directory copied without it, or written through the library by
+  :func:`~shearbatch.io.write_realization`, which always records them, is not exempt);
+- a record that carries ``code`` (the code version that wrote it:
+  :func:`shearbatch._version.code_version`) was written by a version that records
+  checksums: it is never exempt, whatever its manifest says.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +61,10 @@ import numpy as np
 
 __all__ = [
     "ALGORITHM",
+    "CHECKSUMS_SINCE",
+    "FORMAT_KEY",
     "KEY",
+    "RECORD_FORMAT",
     "array_checksum",
     "bytes_checksum",
     "checksums",
@@ -47,11 +77,19 @@ __all__ = [
     "record_checksum",
     "seal",
     "truth_problem",
+    "unchecked_problem",
 ]
 
 ALGORITHM = "crc32"
 #: the key of ``convergence.json`` holding them
 KEY = "checksums"
+#: the key of ``campaign.json`` saying what its realizations' records carry
+FORMAT_KEY = "record_format"
+#: 2: every record carries ``checksums`` and ``code`` (absent: a manifest from before)
+RECORD_FORMAT = 2
+#: when the writer began to record checksums (commit d8f6965's time): a manifest without
+#: :data:`FORMAT_KEY` created before it was written by a version that did not
+CHECKSUMS_SINCE = datetime(2026, 11, 26, 15, 0, 49, tzinfo=UTC)
 
 
 def crc(data: bytes | memoryview) -> str:
@@ -141,6 +179,43 @@ def json_problem(rec: Mapping[str, Any], rec_bytes: bytes, truth_bytes: bytes | 
         return "convergence.json: checksum mismatch (edited or damaged)"
     if truth_bytes is not None and crc(truth_bytes) != sums.get("truth.json"):
         return "truth.json: checksum mismatch (edited or damaged)"
+    return None
+
+
+def _created(manifest: Mapping[str, Any]) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(str(manifest.get("created_at")))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def unchecked_problem(
+    rec: Mapping[str, Any], campaign: Callable[[], Mapping[str, Any] | str | None]
+) -> str | None:
+    """Why the record ``rec`` is damaged for want of checksums (one line naming the key),
+    or None: it has them, or it is exempt (module docstring). ``campaign()``: its
+    campaign's ``campaign.json`` (parsed), None when there is none, or a string saying why
+    it cannot be read; called only for a record without checksums."""
+    if _sums(rec) is not None:
+        return None
+    head = (f"convergence.json: {KEY} is not a mapping" if KEY in rec
+            else f"convergence.json: no {KEY} key")  # fmt: skip
+    if "code" in rec:
+        return f"{head} (its code key says a version that writes them wrote it)"
+    man = campaign()
+    if man is None:
+        return f"{head} (no campaign.json beside it says its campaign predates checksums)"
+    if isinstance(man, str):
+        return f"{head} (campaign.json unreadable: {man})"
+    if FORMAT_KEY in man:
+        return f"{head} (campaign.json: {FORMAT_KEY} {man[FORMAT_KEY]!r}, written with them)"
+    created = _created(man)
+    if created is None:
+        return f"{head} (campaign.json: no created_at to tell it predates checksums)"
+    if created >= CHECKSUMS_SINCE:
+        return (f"{head} (campaign.json created {man.get('created_at')}, after checksums "
+                f"were written, since {CHECKSUMS_SINCE.isoformat()})")  # fmt: skip
     return None
 
 

@@ -30,12 +30,14 @@ __all__ = [
     "CONVERGENCE",
     "FIGURES",
     "FILES",
+    "MANIFEST",
     "PLOTS",
     "POSTERIOR",
     "REPORT",
     "SUMMARY",
     "TRUTH",
     "Inspection",
+    "campaign_manifest",
     "find_realization_dirs",
     "inspect_planned",
     "inspect_realization",
@@ -46,6 +48,8 @@ __all__ = [
 
 POSTERIOR, TRUTH, CONVERGENCE = "posterior.nc", "truth.json", "convergence.json"
 FILES = (TRUTH, POSTERIOR, CONVERGENCE)
+#: the campaign manifest (:mod:`.manifest`), in the directory holding its realizations
+MANIFEST = "campaign.json"
 
 #: stage 2 (``bias-extract``): the summary table, one row per realization
 SUMMARY = "summary.csv"
@@ -112,6 +116,38 @@ def netcdf_problem(path: str | Path) -> str | None:
     return None
 
 
+#: campaign.json path -> ((inode, mtime, size), what :func:`campaign_manifest` gives)
+_MANIFESTS: dict[str, tuple[tuple[int, int, int], dict[str, Any] | str]] = {}
+
+
+def campaign_manifest(home: str | Path) -> dict[str, Any] | str | None:
+    """What :func:`.integrity.unchecked_problem` reads of the ``campaign.json`` in ``home``
+    (its ``record_format`` and ``created_at``), None when there is none, or a string saying
+    why it cannot be read. Parsed once per process while the file is unchanged (a resume
+    asks for each of its planned realizations)."""
+    path = os.path.join(home, MANIFEST)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return str(err.strerror)
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    hit = _MANIFESTS.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    got: dict[str, Any] | str
+    try:
+        doc, _ = _json(Path(path))
+        got = {k: doc[k] for k in (integrity.FORMAT_KEY, "created_at") if k in doc}
+    except OSError as err:
+        got = str(err.strerror)
+    except ValueError as err:
+        got = f"not a JSON mapping ({err})"
+    _MANIFESTS[path] = (key, got)
+    return got
+
+
 def _json(path: Path) -> tuple[dict[str, Any], bytes]:
     data = path.read_bytes()
     rec = json.loads(data)
@@ -128,7 +164,9 @@ def inspect_realization(directory: str | Path, posterior_crc: bool = True) -> In
     ``done`` (status ok and all three files whole). A record with ``checksums``
     (:mod:`.integrity`) is ``corrupt`` also when one of them disagrees (its own, that of
     ``truth.json``, the size and CRC of the whole ``posterior.nc``) or when ``truth.json``
-    names another run id or seed than the record. Cheap: the two small JSON files are
+    names another run id or seed than the record; a record without them is ``corrupt``
+    unless its campaign (the ``campaign.json`` beside its directory) predates checksums
+    (:func:`.integrity.unchecked_problem`). Cheap: the two small JSON files are
     parsed, the posterior has its header checked (:func:`netcdf_problem`) and is read once
     for its CRC, without a netCDF open (``posterior_crc=False``: not read; ``bias-extract``
     checks each variable first, to name what is damaged, then the whole file).
@@ -161,6 +199,7 @@ def inspect_realization(directory: str | Path, posterior_crc: bool = True) -> In
         return Inspection("corrupt", f"posterior.nc {problem}", truth, conv)
     if problem := (integrity.truth_problem(truth, run_id=conv.run_id or None, seed=conv.seed)
                    or integrity.json_problem(raw, raw_bytes, truth_bytes)
+                   or integrity.unchecked_problem(raw, lambda: campaign_manifest(d.absolute().parent))
                    or (posterior_crc and integrity.file_problem(d / POSTERIOR, raw))):  # fmt: skip
         return Inspection("corrupt", problem, truth, conv)
     return Inspection("done", "", truth, conv)

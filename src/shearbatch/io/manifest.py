@@ -3,7 +3,10 @@
 The first ``bias-run`` into an output root writes ``campaign.json`` (the full
 config, its hash, the plan - shear grid, seeds, design, planned run ids -, the
 method, batch size, dtype, the versions of shearbatch, JAX, jaxlib, NumPyro and
-ArviZ, the device kind and count). It is written to a temporary file, fsynced and
+ArviZ, the code version - git commit, dirty flag, method-code fingerprint:
+:func:`shearbatch._version.code_version` -, the device kind and count, and
+``record_format``: what its realizations' records carry, which tells a campaign written
+before checksums existed, :mod:`.integrity`). It is written to a temporary file, fsynced and
 *linked* into place (``os.link`` fails if the name exists: :mod:`.atomic`'s
 ``exclusive`` write), so when several array tasks start together exactly one
 manifest wins and nobody sees a partial one; the others read it and compare.
@@ -44,8 +47,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .._version import __version__
-from . import atomic
+from .._version import __version__, code_version
+from . import atomic, integrity
+from .layout import MANIFEST
 from .writer import to_strict_json
 
 __all__ = [
@@ -69,7 +73,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "campaign.json"
 #: the config as run, next to the manifest
 FROZEN_CONFIG = "config.yaml"
 #: campaign-defining settings: (key in the manifest and in convergence.json, what the user changes)
@@ -116,12 +119,14 @@ def _version(pkg: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    """Package versions, device kind and count, host (call after JAX is configured)."""
+    """Package versions, the code version (:func:`~shearbatch._version.code_version`),
+    device kind and count, host (call after JAX is configured)."""
     import jax
 
     devs = jax.devices()
     return {
         "versions": {p: _version(p) for p in _PACKAGES},
+        "code": code_version(),
         "device": {"platform": devs[0].platform, "kind": devs[0].device_kind, "count": len(devs)},
         "host": socket.gethostname(),
     }
@@ -131,7 +136,8 @@ def realization_provenance(
     *, config: Mapping[str, Any], campaign: Mapping[str, Any], env: Mapping[str, Any]
 ) -> dict[str, Any]:
     """What each ``convergence.json`` records to be reproducible on its own (with its seed and
-    batch size, which the engine adds): config, plan settings, versions, device."""
+    batch size, which the engine adds): config, plan settings, versions, code version,
+    device."""
     return {"config": dict(config), "campaign": dict(campaign), **env}
 
 
@@ -292,11 +298,13 @@ def write_manifest(
     Returns ``(manifest in force, written by this call)``. When another task
     wrote it first, that one is returned after :func:`check_manifest`; when that one
     plans fewer realizations per grid point (``plan["n_realizations"]``) this call's
-    larger plan replaces it (the campaign grows; ``extended`` records when).
+    larger plan replaces it (the campaign grows; ``extended`` records when; its
+    ``created_at`` and ``record_format``, or its absence, are kept).
     """
     root = Path(root)
     doc = {
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        integrity.FORMAT_KEY: integrity.RECORD_FORMAT,
         **expect,
         "config": dict(config),
         "overrides": [dict(o) for o in overrides],
@@ -317,6 +325,11 @@ def write_manifest(
                     write_frozen_config(root, frozen)  # a campaign from before config.yaml
                 return found, False
             doc["created_at"] = found.get("created_at", doc["created_at"])
+            # what its first realizations carry: a campaign from before checksums stays one
+            if integrity.FORMAT_KEY in found:
+                doc[integrity.FORMAT_KEY] = found[integrity.FORMAT_KEY]
+            else:
+                del doc[integrity.FORMAT_KEY]
             doc["extended"] = [*(found.get("extended") or []),
                                {"at": datetime.now(UTC).isoformat(timespec="seconds"),
                                 "n_realizations": [old_n, new_n]}]  # fmt: skip

@@ -479,8 +479,9 @@ def write_realization(
     convergence: Convergence | Mapping[str, Any],
 ) -> Path:
     """Write one realization's three files atomically; ``convergence.json`` last
-    (``convergence``: its record, written with the ``checksums`` of the three files
-    (:mod:`.integrity`), or the mapping to write as it is).
+    (``convergence``: its record, or a mapping to write as it is but its ``checksums``:
+    either is written with the ``checksums`` of the three files, :mod:`.integrity`; this
+    version writes no record without them).
 
     On failure the files this call wrote are removed (the realization is absent or,
     if its directory held other files, incomplete) and the error propagates.
@@ -492,13 +493,10 @@ def write_realization(
     try:
         truth_text = write_json(truth_path, truth, parent=False)
         sums = write_posterior_nc(nc_path, posterior, sample_stats, observed, attrs)
-        if isinstance(convergence, Convergence):
-            conv = convergence.to_json()
-            conv.pop(integrity.KEY, None)  # last, with its own checksum last (integrity.seal)
-            conv[integrity.KEY] = integrity.checksums(truth_text=truth_text, **sums)
-            _write_text(conv_path, integrity.seal(dumps_json(conv)), parent=False)
-        else:
-            write_json(conv_path, convergence, parent=False)
+        conv = convergence.to_json() if isinstance(convergence, Convergence) else dict(convergence)
+        conv.pop(integrity.KEY, None)  # last, with its own checksum last (integrity.seal)
+        conv[integrity.KEY] = integrity.checksums(truth_text=truth_text, **sums)
+        _write_text(conv_path, integrity.seal(dumps_json(conv)), parent=False)
     except BaseException:
         for name in (conv_path, nc_path, truth_path):
             _unlink(name)
