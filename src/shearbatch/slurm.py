@@ -176,7 +176,8 @@ def _body(opts: SbatchOptions) -> list[str]:
     return out
 
 
-def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str = "") -> str:
+def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str = "",
+                  extract_root: str | None = None) -> str:  # fmt: skip
     """The array job: ``#SBATCH`` lines, setup lines, then ``bias-run <run_args>``.
 
     Each task finds its slice from its ``SLURM_ARRAY_TASK_ID`` in the script's index
@@ -197,7 +198,16 @@ def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str 
     # with, so a task re-submitted alone (``sbatch --array=5 camp.sbatch``, the usual way to
     # re-run a cancelled or failed task) would otherwise see MIN=MAX=5, COUNT=1 and run the
     # whole plan as "task 0 of 1" instead of its own slice
-    args = [*run_args, "--array-indices", opts.array_spec().split("%")[0]]
+    spec = opts.array_spec().split("%")[0]
+    args = [*run_args, "--array-indices", spec]
+    if extract_root is not None:  # stage 2 by the array: this task's partial, when it ends
+        ext = ["bias-extract", "--input-dir", extract_root, "--array-indices", spec,
+               "--no-progress"]  # fmt: skip
+        lines += ["# when bias-run ends (whatever its exit status, which stays the task's): this "
+                  "task's share of", "# stage 2, its realizations' rows and draws as one partial "
+                  "(bias-extract then reads only what no partial holds)",
+                  "trap " + shlex.quote(" ".join(shlex.quote(a) for a in ext) +
+                                        ' --workers "${SLURM_CPUS_PER_TASK:-1}"') + " EXIT"]  # fmt: skip
     lines.append("bias-run " + " ".join(shlex.quote(a) for a in args))
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,8 @@ import xarray as xr
 from click.testing import CliRunner
 
 import shearbatch
+from shearbatch.analysis.partials import index_path
+from shearbatch.analysis.streamed import PartialSource
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core import population as pop
 from shearbatch.core.generate import render_stamps
@@ -90,7 +92,7 @@ def campaign(module_tmp, interim_cfg):
     res = CliRunner().invoke(bias_extract, ["--input-dir", str(camp), "--output", str(csv),
                                             "--workers", "1", "--no-progress"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "summary.population.npz" in res.output
+    assert "summary.partials.json" in res.output
     return camp, csv
 
 
@@ -126,7 +128,7 @@ def test_extract_fits_each_realization_and_stats_pool_per_grid_point(campaign, m
     assert np.all(np.isfinite(df[["g1_mean", "g1_std", "g2_mean", "g2_std"]].to_numpy()))
     assert np.all(df["g1_mean"] == df["g1_mode"]) and np.all(df["g1_std"] > 0)
     # the per-realization column is the maximum of that realization's own likelihood
-    z = np.load(str(csv).replace(".csv", ".population.npz"))
+    z = PartialSource(index_path(csv)).arrays()
     assert z["eps"].shape == (24, 200, 2) and z["log_base"].shape == (24, 200)
     row = df.iloc[0]
     sel = z["run_id"] == row["run_id"]

@@ -26,6 +26,8 @@ import xarray as xr
 from click.testing import CliRunner
 from scipy import stats as st
 
+from shearbatch.analysis.partials import index_path
+from shearbatch.analysis.streamed import PartialSource
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core import methods
@@ -132,7 +134,7 @@ def campaign(module_tmp):
                                             "--convergence-config", str(gates),
                                             "--workers", "1", "--no-progress"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "summary.population.npz" in res.output
+    assert "summary.partials.json" in res.output
     return cfg, camp, csv
 
 
@@ -173,7 +175,7 @@ def test_extract_and_stats_fit_the_population_from_nuts_draws(campaign, module_t
     assert set(df["method"]) == {"nuts"} and set(df["pop_n_galaxies"]) == {4}
     assert np.all(np.isfinite(df[["g1_mean", "g1_std", "g2_mean", "g2_std"]].to_numpy()))
     assert df["passed_convergence"].all(), df[["run_id", "flags"]]
-    z = np.load(str(csv).replace(".csv", ".population.npz"))
+    z = PartialSource(index_path(csv)).arrays()
     assert z["eps"].shape == (16, 800, 2) and np.all(np.isfinite(z["log_base"]))
     out = module_tmp / "stats"
     res = CliRunner().invoke(bias_stats, ["--input", str(csv), "--output-dir", str(out),

@@ -26,6 +26,8 @@ ALLOWED = {
     ("analysis/extract.py", "write_population", ".ZipFile"): "into the temporary file of "
     "atomic.replacing",
     ("analysis/extract.py", "write_population", ".open"): "members of that archive",
+    ("io/partials.py", "write_partial", ".Dataset"): "netCDF4 writes the temporary file of "
+    "atomic.replacing (the partial; its checksum record after it, through atomic)",
     ("app/preview.py", "preview", ".savefig"): "into the temporary file of atomic.replacing",
     ("app/report.py", "_png", ".savefig"): "into memory (BytesIO), then atomic.write_bytes",
 }

@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from shearbatch.analysis.partials import index_path
+from shearbatch.analysis.streamed import PartialSource
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from tests.conftest import write_config
 
@@ -77,7 +79,7 @@ def test_estimator_draws_give_the_same_summary_and_bias_results(both):
     a, e = (pd.read_csv(both[k][1]) for k in ("all", "estimator"))
     pd.testing.assert_frame_equal(a.drop(columns=["runtime_s"], errors="ignore"),
                                   e.drop(columns=["runtime_s"], errors="ignore"))  # fmt: skip
-    za, ze = (np.load(str(both[k][1]).replace(".csv", ".population.npz")) for k in both)
+    za, ze = (PartialSource(index_path(both[k][1])).arrays() for k in both)
     for key in ("eps", "log_base"):
         np.testing.assert_array_equal(za[key], ze[key])
     ra, re_ = (json.loads((both[k][2] / "bias_results.json").read_text()) for k in both)

@@ -340,7 +340,7 @@ def fit_bias(
     weights: str = "none",
     n_boot: int = 1000,
     seed: int = 0,
-    population: dict[str, Any] | None = None,
+    population: Any = None,
 ) -> tuple[dict[str, Fit], str, dict[str, Any] | None]:
     """Step 6: ``(fits, estimator, pooled)``: the :class:`Fit` per component on the
     complete rings of the usable rows; with ``population`` (an interim-model campaign)
@@ -351,8 +351,10 @@ def fit_bias(
     pooled = None
     if population is not None and set(use.get("point_estimate", [])) == {"population"}:
         from .pooled import pooled_fits
+        from .streamed import PartialSource, streamed_fits
 
-        fits, pooled = pooled_fits(rows, population, estimator == "paired")
+        fit = streamed_fits if isinstance(population, PartialSource) else pooled_fits
+        fits, pooled = fit(rows, population, estimator == "paired")
         estimator = f"pooled {'paired' if pooled['paired'] else 'regression'}"
     else:
         fits = {c: fit_component(rows, c, estimator, n_boot, seed, point=point, weights=weights)

@@ -27,6 +27,7 @@ from .extract import (
     ExtractOutcome,
     StageError,
     campaign_table,
+    extract_slice,
     run_extract,
 )
 from .options import (
@@ -81,6 +82,7 @@ __all__ = [
     "disk_estimate",
     "emit_sbatch",
     "estimate_lines",
+    "extract_slice",
     "flag_name",
     "merge_config",
     "models_at_estimate",

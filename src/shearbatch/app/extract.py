@@ -11,6 +11,7 @@ realization not started, each marked ``in_plan``
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +23,7 @@ __all__ = [
     "StageError",
     "campaign_rows",
     "campaign_table",
+    "extract_slice",
     "extract_to",
     "run_extract",
 ]
@@ -45,6 +47,12 @@ class ExtractOptions:
     workers: int | None = None
     """Reader processes; default the CPUs allocated."""
     progress: bool = False
+    array_task_id: int | None = None
+    """With ``array_task_count``: write only this array task's partial."""
+    array_task_count: int | None = None
+    array_indices: str | None = None
+    """The SLURM array's index set (``--array-indices``): the task from
+    ``SLURM_ARRAY_TASK_ID``, as bias-run finds it."""
 
 
 class ExtractOutcome(NamedTuple):
@@ -56,6 +64,9 @@ class ExtractOutcome(NamedTuple):
     progress: Any
     summary: Path
     population: Path | None
+    """The partials index (None without partials)."""
+    partials: dict[str, int] | None = None
+    """Where the rows came from (:func:`shearbatch.analysis.partials.gather`'s counts)."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -73,9 +84,13 @@ class ExtractOutcome(NamedTuple):
         counts = ", ".join(f"{k} {v}" for k, v in self.counts.items())
         out = [f"{len(self.rows)} realization(s): {counts}; passed convergence "
                f"{self.n_converged} -> {self.summary}", f"campaign: {self.progress.line()}"]  # fmt: skip
+        if self.partials:
+            c = self.partials
+            out.append(f"partials: {c['from_partials']} realization(s) from partials, "
+                       f"{c['read']} read ({c['stale']} stale, {c['damaged_partials']} damaged "
+                       f"partial(s), {c['duplicates']} duplicate(s) counted once)")  # fmt: skip
         if self.population is not None:
-            out.append("interim model: per-galaxy draws for bias-stats' pooled fit -> "
-                       f"{self.population}")  # fmt: skip
+            out.append(f"partials index (bias-stats' pooled fit) -> {self.population}")
         return out
 
     def warnings(self) -> list[str]:
@@ -128,13 +143,78 @@ def campaign_table(root: str | Path, thresholds: Any = None, workers: int | None
 
 def extract_to(root: Path, out: Path, thresholds: Any = None, workers: int | None = None,
                progress: bool = False) -> ExtractOutcome:  # fmt: skip
-    """:func:`campaign_rows`, written to ``out`` and the population sidecar beside it.
-    ``ValueError`` for a campaign without realizations or with mixed population priors."""
+    """The reduction of the campaign under ``root``
+    (:func:`shearbatch.analysis.partials.gather`: rows from its partials where they hold
+    them, the rest read and written to new partials), its planned realizations not started
+    added (:func:`~shearbatch.analysis.progress.campaign_progress`), written to ``out``,
+    with the partials index beside it (``summary.partials.json``: what bias-stats' pooled
+    fit streams). ``ValueError`` for a campaign without realizations or with mixed
+    population priors."""
     from ..analysis import extract as ex
+    from ..analysis import partials as ap
+    from ..analysis.progress import campaign_progress
+    from ..io import partials as pio
+    from ..slurm import allocated_cpus
 
-    rows, prog = campaign_rows(root, thresholds, workers, progress)
+    th = ex.DEFAULT_THRESHOLDS if thresholds is None else thresholds
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(ex.find_realization_dirs(root)), unit="dir", desc="bias-extract")
+    folder = None  # <root>/partials; beside the summary when the root is read-only
+    if not os.access(root, os.W_OK) or (
+        (root / pio.PARTIALS).exists() and not os.access(root / pio.PARTIALS, os.W_OK)
+    ):
+        folder = Path(out).with_name(Path(out).stem + ".partials")
+    rows, index = ap.gather(root, th, workers or allocated_cpus(),
+                            None if bar is None else bar.update, folder)  # fmt: skip
+    if bar is not None:
+        bar.close()
+    rows, prog = campaign_progress(root, rows)
+    if not rows:
+        raise ValueError(f"no realization directories under {root}")
     ex.write_summary(rows, out)
-    return ExtractOutcome(rows, prog, Path(out), ex.write_population(rows, population_path(out)))
+    population_path(out).unlink(missing_ok=True)  # an older version's sidecar: superseded
+    idx = ap.write_index(index, ap.index_path(out))
+    return ExtractOutcome(rows, prog, Path(out), idx, index.get("counts"))
+
+
+def extract_slice(opts: ExtractOptions) -> tuple[Path, int]:
+    """``bias-extract --array-task-id``: the partial of one array task's slice
+    (:func:`shearbatch.analysis.partials.extract_slice`); :class:`StageError` for bad
+    input."""
+    from ..analysis import extract as ex
+    from ..analysis import partials as ap
+    from ..slurm import allocated_cpus
+
+    root, _, th = check_extract(opts)
+    tid, count = opts.array_task_id, opts.array_task_count
+    if opts.array_indices is not None:
+        import os as _os
+
+        from ..campaign import array_task_from_env
+        from ..slurm import ArrayError, parse_indices
+
+        if tid is not None or count is not None:
+            raise StageError("--array-indices: exclusive with --array-task-id/--array-task-count")
+        if "SLURM_ARRAY_TASK_ID" not in _os.environ:
+            raise StageError("--array-indices: SLURM_ARRAY_TASK_ID is not set (not an array task)")
+        try:
+            tid, count = array_task_from_env(parse_indices(opts.array_indices))
+        except ArrayError as err:
+            raise StageError(f"--array-indices: {err}") from None
+    if count is None:
+        raise StageError("--array-task-count: required with --array-task-id")
+    if tid is None:
+        raise StageError("--array-task-id: required with --array-task-count")
+    if count < 1 or not 0 <= tid < count:
+        raise StageError(f"--array-task-id: {tid} outside [0, {count})")
+    try:
+        return ap.extract_slice(root, tid, count, th or ex.DEFAULT_THRESHOLDS,
+                                opts.workers or allocated_cpus())  # fmt: skip
+    except ValueError as err:
+        raise StageError(f"--input-dir: {err}") from None
 
 
 def check_extract(opts: ExtractOptions) -> tuple[Path, Path, Any]:

@@ -98,7 +98,7 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     note += (f"\nThe tasks read the config as run, frozen in {frozen} (not "
              f"{plan.config_name}).")  # fmt: skip
     files = {script: sbatch_script(sb, run_args(str(frozen), plan.output_dir, given),
-                                   comment=note)}  # fmt: skip
+                                   comment=note, extract_root=str(out))}  # fmt: skip
     if conf.stats:
         stats_path = script.with_name(f"{script.stem}-stats{script.suffix}")
         files[stats_path] = stats_script(sb, str(out), level=conf.level)

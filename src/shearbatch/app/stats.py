@@ -266,11 +266,25 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
                         inp.summary)  # fmt: skip
 
 
-def _population(summary: Path, df: Any) -> dict[str, Any] | None:
-    """The population sidecar of an interim-model table (None for the others)."""
-    pop_path = population_path(summary)
+def _population(summary: Path, df: Any) -> Any:
+    """What the pooled fit of an interim-model table reads (None for the others): the
+    partials index beside it (:class:`shearbatch.analysis.streamed.PartialSource`, streamed
+    in bounded memory), else an older version's population sidecar (read whole)."""
     interim = "point_estimate" in df and (df["point_estimate"] == "population").any()
-    if not (pop_path.is_file() and interim):
+    if not interim:
+        return None
+    from ..analysis.partials import index_path
+
+    idx = index_path(summary)
+    if idx.is_file():
+        from ..analysis.streamed import PartialSource
+
+        try:
+            return PartialSource(idx)
+        except (OSError, ValueError, KeyError) as err:
+            raise StageError(f"--input: partials index {idx} unreadable: {err}") from None
+    pop_path = population_path(summary)
+    if not pop_path.is_file():
         return None
     from ..analysis.pooled import load_population
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..app import ExtractOptions, StageError, run_extract
+from ..app import ExtractOptions, StageError, extract_slice, run_extract
 from .options import (
     _Command,
     _example,
@@ -62,6 +62,33 @@ logger = logging.getLogger("shearbatch")
     default=None,
     help=_help("Progress bar.", default="on when stderr is a terminal"),
 )
+@click.option(
+    "--array-task-id",
+    type=int,
+    default=None,
+    help=_help(
+        "Write only this array task's partial (partials/task-I-of-N.nc: the completed "
+        "realizations of bias-run's slice I of N, their summary rows and per-galaxy draws); "
+        "bias-extract without it then reduces the partials, reading only what they lack.",
+        default="off: the reduction",
+    ),
+)
+@click.option(
+    "--array-task-count",
+    type=int,
+    default=None,
+    help=_help("Tasks in the array (with --array-task-id).", default="none"),
+)
+@click.option(
+    "--array-indices",
+    default=None,
+    metavar="SPEC",
+    help=_help(
+        "The SLURM array's index set (as bias-run's): this task's slice from "
+        "SLURM_ARRAY_TASK_ID; what the emitted array script passes.",
+        default="none",
+    ),
+)
 @click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
 @_version_option()
 def bias_extract(**kw: Any) -> int:
@@ -73,7 +100,20 @@ def bias_extract(**kw: Any) -> int:
     _setup_logging(kw["verbose"])
     progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
     opts = ExtractOptions(input_dir=kw["input_dir"], output=kw["output"], workers=kw["workers"],
-                          convergence_config=kw["convergence_config"], progress=progress)  # fmt: skip
+                          convergence_config=kw["convergence_config"], progress=progress,
+                          array_task_id=kw["array_task_id"],
+                          array_task_count=kw["array_task_count"],
+                          array_indices=kw["array_indices"])  # fmt: skip
+    if any(x is not None for x in (opts.array_task_id, opts.array_task_count,
+                                   opts.array_indices)):  # fmt: skip
+        try:
+            path, n = extract_slice(opts)
+        except StageError as err:
+            raise _fail(str(err)) from None
+        except OSError as err:
+            return _write_failed(err)
+        click.echo(f"{n} realization(s) -> {path}")
+        return 0
     try:  # the one extraction, shared with bias-stats --input <campaign dir>
         done = run_extract(opts)
     except StageError as err:

@@ -340,8 +340,20 @@ def _block(
 ):
     """One block of galaxies: eps (n, K, 2), base (n, K) (any float type; NaN draws count
     as missing) -> per-galaxy (terms, k, ess, grad, hess); ``order = -1``: the log weights
-    (n, K) alone (:func:`pareto_khat_at`). Written with in-place operations (the time is
-    the number of passes over (n, K) arrays)."""
+    (n, K) alone (:func:`pareto_khat_at`). :func:`_draws` then :func:`_reduce`, written with
+    in-place operations (the time is the number of passes over (n, K) arrays)."""
+    lw, fin, per_draw = _draws(g, eps, base, prior, order)
+    if order < 0:
+        return lw
+    return _reduce(g, lw, fin, per_draw, order, correct)
+
+
+def _draws(g: np.ndarray, eps: np.ndarray, base: np.ndarray, prior: ShapePrior, order: int):
+    """The per-draw half of :func:`_block`: ``(lw, fin, per_draw)``, each draw's log weight
+    at ``g`` (n, K), whether its base weight is finite (n, K), and with ``order >= 1`` the
+    draw's gradient ``(G1, G2)`` of ``log w`` and ``M = A + a a^T`` (``M11, M12, M22``)
+    (None otherwise). Every value is the draw's own: a subset of the columns reduces
+    (:func:`_reduce`) exactly as :func:`_block` of that subset would."""
     p1 = np.array(eps[..., 0], np.float64)
     p2 = np.array(eps[..., 1], np.float64)
     lb = np.array(base, np.float64)
@@ -353,7 +365,7 @@ def _block(
         np.copyto(lb, -np.inf, where=bad)
         np.copyto(p1, 0.0, where=bad)
         np.copyto(p2, 0.0, where=bad)
-    k = np.count_nonzero(np.isfinite(lb), axis=-1)
+    fin = np.isfinite(lb)
     g1, g2 = float(g[0]), float(g[1])
     # W = 1 - g* eps = u - i d2;  e = (eps - g) / W  (core.population.decompose)
     u = p1 * g1
@@ -379,22 +391,8 @@ def _block(
     lw += lp
     lw += lb  # -inf where the draw is missing or outside the interim support
     del lp, lb
-    if order < 0:
-        return lw
-    amax = lw.max(axis=-1)
-    amax[~np.isfinite(amax)] = 0.0
-    w = lw - amax[:, None]
-    np.exp(w, out=w)
-    s1 = w.sum(axis=-1)
-    s2 = np.einsum("ij,ij->i", w, w)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.log(s1) + amax - np.log(np.maximum(k, 1))
-        ess = np.where(s2 > 0, s1 * s1 / np.where(s2 > 0, s2, 1.0), 0.0)
-    if order == 0:
-        if correct:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                terms = terms + correction(w / s1[:, None])
-        return terms, k, ess, None, None
+    if order < 1:
+        return lw, fin, None
     # 1/W = q1 + i q2; e eps = r1 + i r2; d e/d g* = e eps / W = c1 + i c2
     q1 = u / den
     q2 = d2 / den
@@ -472,6 +470,32 @@ def _block(
     H11 += G1 * G1
     H12 += G1 * G2
     H22 += G2 * G2
+    return lw, fin, (G1, G2, H11, H12, H22)
+
+
+def _reduce(g: np.ndarray, lw: np.ndarray, fin: np.ndarray, per_draw: Any, order: int,
+            correct: bool = True):
+    """The per-galaxy half of :func:`_block`: (terms, k, ess, grad, hess) from
+    :func:`_draws`' per-draw values (``per_draw`` may be zeroed in place where a draw has
+    weight 0 and a non-finite derivative)."""
+    g1, g2 = float(g[0]), float(g[1])
+    s = g1 * g1 + g2 * g2
+    k = np.count_nonzero(fin, axis=-1)
+    amax = lw.max(axis=-1)
+    amax[~np.isfinite(amax)] = 0.0
+    w = lw - amax[:, None]
+    np.exp(w, out=w)
+    s1 = w.sum(axis=-1)
+    s2 = np.einsum("ij,ij->i", w, w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.log(s1) + amax - np.log(np.maximum(k, 1))
+        ess = np.where(s2 > 0, s1 * s1 / np.where(s2 > 0, s2, 1.0), 0.0)
+    if order == 0:
+        if correct:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                terms = terms + correction(w / s1[:, None])
+        return terms, k, ess, None, None
+    G1, G2, H11, H12, H22 = per_draw
     with np.errstate(divide="ignore", invalid="ignore"):
         w /= s1[:, None]  # normalised weights; NaN for a galaxy without support
     per_draw = (G1, G2, H11, H12, H22)
@@ -590,12 +614,17 @@ def _corrected_block(g, eps, base, prior, order, correct):
     draws (T) and of each half (T_a, T_b), in value, gradient and Hessian (:func:`halves`)."""
     mode = correction_mode(correct)
     delta = mode in ("delta", "halves")
-    out = _block(g, eps, base, prior, order, delta)
+    lw, fin, per_draw = _draws(g, eps, base, prior, order)
     cols = half_columns(np.shape(base)[-1]) if mode.startswith("halves") else None
+    # the halves reduce the same per-draw values (one pass of the per-draw arithmetic, not
+    # three): each as _block of its columns would, to the bit
+    parts = [] if cols is None else [
+        _reduce(g, lw[:, c], fin[:, c], None if per_draw is None else
+                tuple(x[:, c] for x in per_draw), order, delta) for c in cols]  # fmt: skip
+    out = _reduce(g, lw, fin, per_draw, order, delta)
     if cols is None:
         return out
     terms, k, ess, grad, hess = out
-    parts = [_block(g, eps[:, c], base[:, c], prior, order, delta) for c in cols]
     # a galaxy whose halves do not both have support keeps the delta-corrected estimate
     ok = np.isfinite(terms) & np.isfinite(parts[0][0]) & np.isfinite(parts[1][0])
     with np.errstate(invalid="ignore"):

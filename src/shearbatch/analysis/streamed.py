@@ -1,0 +1,342 @@
+"""The pooled population fit streamed over a campaign's partials, in bounded memory.
+
+:func:`shearbatch.analysis.pooled.pooled_fits` holds every galaxy's draws in memory. Here
+they stay in the partials (:mod:`shearbatch.io.partials`) and are read a block of
+galaxies at a time. The pooled ``log L_p(g)`` of grid point ``p`` and its gradient and
+Hessian are sums over its galaxies, so each pass over the partials evaluates every grid
+point still being fitted at its own trial ``g`` (the galaxies of a block split by their
+grid point) and adds up per point. The fit is the same damped Newton as
+:func:`shearbatch.core.population_np.fit` (the same start,
+:func:`~shearbatch.analysis.pooled.start_points`, steps, line search, stopping rule and
+status), run for all grid points together, one pass per trial point: the results agree
+with the in-memory fit to the rounding of the sums' order. Galaxies without support at the
+start are left out as there (one bit per galaxy is what memory keeps of the campaign).
+
+The delete-one-seed jackknife needs, per seed and grid point, the sums of its galaxies'
+gradients and Hessians at the estimate: each pass accumulates them per (seed, point) with
+``bincount`` (kept for the accepted point), so the jackknife costs no extra pass and no
+per-galaxy arrays. Peak memory: one block's draws and its float64 temporaries
+(``block`` galaxies), the per-(seed, point) sums and one byte per galaxy; not the campaign.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core import population_np as pnp
+from ..core.population_np import PriorSpec
+from ..io import partials as pio
+from .pooled import NUM_ERR_M_MAX, assemble_fits, start_points
+from .stats import pair_table
+
+__all__ = ["PartialSource", "streamed_fits"]
+
+logger = logging.getLogger(__name__)
+
+#: galaxies per streamed block (~19 MB of float32 draws at 200 draws; the float64
+#: evaluation's temporaries are a few times that)
+BLOCK_GALAXIES = 8192
+
+
+class PartialSource:
+    """The partials of an index (``summary.partials.json``, written by ``bias-extract``
+    beside ``summary.csv``): each partial with the realizations whose galaxies it
+    contributes (a realization is counted in exactly one partial). Each partial is
+    checked against the size and CRC-32 the index recorded when it is opened; a changed
+    one raises ``ValueError`` naming it (run bias-extract again)."""
+
+    def __init__(self, index: str | Path):
+        self.index = Path(index)
+        doc = json.loads(self.index.read_text())
+        if doc.get("format") != pio.FORMAT:
+            raise ValueError(f"{self.index}: not a {pio.FORMAT} index")
+        base = self.index.parent
+        self.entries = [(base / e["path"], int(e["size"]), int(e["crc32"]),
+                         np.asarray(e["use"], np.int64)) for e in doc["partials"]]  # fmt: skip
+
+    def open(self) -> list[tuple[pio.Partial, np.ndarray]]:
+        """``[(Partial, used realization indices)]``, each partial verified."""
+        out = []
+        for path, size, crc, use in self.entries:
+            got = pio.file_crc(path) if path.is_file() else (None, None)
+            if got != (size, crc):
+                raise ValueError(f"partial {path} is not the one bias-extract indexed (size or "
+                                 "CRC-32 changed, or missing): run bias-extract again")  # fmt: skip
+            out.append((pio.Partial(path), use))
+        return out
+
+    def arrays(self) -> dict[str, Any]:
+        """The used galaxies in memory, as an older version's population sidecar held them
+        (:func:`shearbatch.analysis.extract.population_arrays`: ``run_id``, ``galaxy``,
+        ``eps``, ``log_base``, ``population``), in index order: for small campaigns and
+        inspection; the pooled fit streams instead."""
+        run_id, galaxy, eps, base, pops = [], [], [], [], set()
+        k = max((p.n_draws for p, _ in self.open()), default=1)
+        for part, use in self.open():
+            if part.population:
+                pops.add(part.population)
+            keep = np.isin(part.realization_of, use)
+            if not keep.any():
+                continue
+            for _, ro, e, b in part.blocks(max(1, part.n_galaxies), keep):
+                sel = np.isin(ro, use)
+                e, b = np.asarray(e)[sel], np.asarray(b)[sel]
+                pad = k - e.shape[1]
+                if pad:
+                    e = np.concatenate([e, np.full((len(e), pad, 2), np.nan, np.float32)], 1)
+                    b = np.concatenate([b, np.full((len(b), pad), np.nan, np.float32)], 1)
+                eps.append(e)
+                base.append(b)
+                run_id += [str(part.rows[i]["run_id"]) for i in ro[sel]]
+                gi = np.zeros(len(ro), np.int64)  # index within its realization
+                for i in np.unique(ro):
+                    at = np.flatnonzero(ro == i)
+                    gi[at] = np.arange(len(at))
+                galaxy.append(gi[sel])
+        if len(pops) > 1:
+            raise ValueError(f"partials with different population priors: {sorted(pops)}")
+        return {"run_id": np.asarray(run_id), "galaxy": np.concatenate(galaxy) if galaxy else
+                np.empty(0, np.int64), "eps": np.concatenate(eps) if eps else
+                np.empty((0, k, 2), np.float32), "log_base": np.concatenate(base) if base else
+                np.empty((0, k), np.float32), "population": np.asarray(pops.pop() if pops
+                                                                        else "[]")}  # fmt: skip
+
+
+class _Point:
+    """One grid point's damped Newton (population_np.fit's loop, one trial at a time)."""
+
+    def __init__(self, g0: Sequence[float], max_steps: int, tol: float):
+        self.g = np.asarray(g0, np.float64)
+        self.max_steps, self.tol = max_steps, tol
+        self.steps, self.stopped, self.last = 0, "max_steps", 0.0
+        self.done = False
+        self.trial: np.ndarray | None = self.g.copy()  # the first pass evaluates g0
+        self.ll = self.gr = self.h = None
+        self.acc: dict[str, Any] = {}  # the accepted point's sums (jackknife, ESS)
+        self.step = None
+        self.t = 1.0
+
+    def _new_step(self) -> None:
+        if self.steps >= self.max_steps:
+            self.done, self.trial = True, None
+            return
+        self.steps += 1
+        h, gr = self.h, self.gr
+        try:
+            neg_def = bool(np.all(np.linalg.eigvalsh(h) < 0))
+        except np.linalg.LinAlgError:
+            neg_def = False
+        if neg_def:
+            self.step = -np.linalg.solve(h, gr)
+        else:  # far from the maximum: a gradient step of at most 0.05 in g
+            self.step = gr * min(1.0, 0.05 / max(float(np.linalg.norm(gr)), 1e-300))
+        self.t = 1.0
+        self._next_trial()
+
+    def _next_trial(self) -> None:
+        while True:
+            trial = self.g + self.t * self.step
+            if float(np.sum(trial * trial)) < 1.0:
+                self.trial = trial
+                return
+            self.t *= 0.5
+            if self.t < 1e-12:
+                self.stopped, self.done, self.trial = "line_search", True, None
+                return
+
+    def observe(self, val: float, gr: np.ndarray, h: np.ndarray, acc: dict[str, Any]) -> None:
+        """The totals at :attr:`trial`; sets the next trial (None when done)."""
+        if self.ll is None:  # the start
+            self.ll, self.gr, self.h, self.acc = val, gr, h, acc
+            self._new_step()
+            return
+        if math.isfinite(val) and val >= self.ll - 1e-12 * abs(self.ll):
+            moved = self.t * float(np.linalg.norm(self.step))
+            self.g, self.ll, self.gr, self.h, self.acc = self.trial, val, gr, h, acc
+            self.last = moved
+            if moved < self.tol:
+                self.stopped, self.done, self.trial = "small_step", True, None
+                return
+            self._new_step()
+            return
+        self.t *= 0.5
+        if self.t < 1e-12:  # no point at least as likely along the step: g stays
+            self.stopped, self.done, self.trial = "line_search", True, None
+            return
+        self._next_trial()
+
+
+def streamed_fits(
+    use: Any,
+    source: PartialSource,
+    paired: bool,
+    threads: int | None = None,
+    *,
+    block: int = BLOCK_GALAXIES,
+    max_steps: int = 60,
+    tol: float = 1e-10,
+) -> tuple[dict, dict]:
+    """:func:`shearbatch.analysis.pooled.pooled_fits` (same arguments and results) with
+    the galaxies streamed from ``source``'s partials (module docstring)."""
+    if threads is None:
+        from ..slurm import allocated_cpus
+
+        threads = allocated_cpus()
+    if paired and "pair_id" in use and "pair_sign" in use:  # complete pairs only
+        ip, im = pair_table(use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))
+        use = use.iloc[np.sort(np.concatenate([ip, im]))]
+    rows = use.set_index(use["run_id"].astype(str))
+    rows = rows.loc[~rows.index.duplicated()]
+    truth_of = rows[["g1_true", "g2_true"]].to_numpy(float).round(12)
+    seed_of = rows["seed"].astype(str).to_numpy()
+    parts = source.open()
+    pops = {p.population for p, _ in parts if p.population}
+    if len(pops) > 1:
+        raise ValueError(f"partials with different population priors: {sorted(pops)}")
+    # per partial: each realization's grid point and seed (-1: not used)
+    maps, truths, seeds = [], [], []
+    for part, used in parts:
+        rid = pd.Index([str(part.rows[i]["run_id"]) for i in used])
+        pos = rows.index.get_indexer(rid)
+        ok = pos >= 0
+        has_gal = np.bincount(part.realization_of, minlength=len(part.rows))[used] > 0
+        ok &= has_gal
+        maps.append((part, used[ok], pos[ok]))
+        truths.append(truth_of[pos[ok]])
+        seeds.append(seed_of[pos[ok]])
+    all_truth = np.concatenate(truths) if truths else np.empty((0, 2))
+    if not len(all_truth):
+        raise ValueError("partials: none of their galaxies belongs to a usable row")
+    points = sorted({tuple(t) for t in all_truth})
+    if paired and not all(any(np.allclose(q, (-p[0], p[1])) for q in points)
+                          for p in points if p[0] != 0):  # fmt: skip
+        logger.info("pooled fit: not every +g has its -g grid point; using the regression")
+        paired = False
+    uniq = sorted(set(np.concatenate(seeds)))
+    seed_ix = {s: i for i, s in enumerate(uniq)}
+    point_ix = {p: i for i, p in enumerate(points)}
+    n_pts, n_seeds = len(points), len(uniq)
+    prior = pnp.ShapePrior(*[PriorSpec(p) for p in json.loads(pops.pop())])
+    # per partial and realization: point and seed index (-1: the realization is not used)
+    real_point, real_seed = [], []
+    for (part, used, _), tr, sd in zip(maps, truths, seeds, strict=True):
+        rp = np.full(len(part.rows), -1, np.int64)
+        rs = np.full(len(part.rows), -1, np.int64)
+        rp[used] = [point_ix[tuple(t)] for t in tr]
+        rs[used] = [seed_ix[s] for s in sd]
+        real_point.append(rp)
+        real_seed.append(rs)
+    support = [None] * len(maps)  # per partial: (G,) bool, galaxies with support at g0
+    starts = start_points(rows, points)
+    fits = [_Point(starts[p], max_steps, tol) for p in points]
+    passes = 0
+    while any(f.trial is not None for f in fits):
+        passes += 1
+        trials = {i: f.trial for i, f in enumerate(fits) if f.trial is not None}
+        sums = _pass(maps, real_point, real_seed, support, trials, prior, n_seeds, threads, block)
+        for i in trials:
+            s = sums[i]
+            fits[i].observe(s["ll"], s["gr"], s["h"], s)
+    logger.info("streamed pooled fit: %d grid points, %d passes over %d partial(s)", n_pts,
+                passes, len(maps))  # fmt: skip
+    g_scale = max(float(np.max(np.abs(points))), 1e-300)
+    n_khat = None
+    if "pop_n_khat_high" in rows:
+        n_khat = (truth_of, pd.to_numeric(rows["pop_n_khat_high"], errors="coerce").to_numpy(float))
+    est, jk, rep = {}, {s: {} for s in uniq}, []
+    n_used = 0
+    for p, f in zip(points, fits, strict=True):
+        status, num, dec = pnp.fit_status(f.stopped, f.gr, f.h)
+        try:
+            cov = np.linalg.inv(-f.h)
+            if not np.all(np.linalg.eigvalsh(-f.h) > 0):
+                cov = np.full((2, 2), np.nan)
+        except np.linalg.LinAlgError:
+            cov = np.full((2, 2), np.nan)
+        err = np.sqrt(np.diag(cov))
+        converged = status == "converged"
+        est[p] = f.g
+        num_m = float(np.max(num)) / g_scale
+        flagged = not converged or not num_m <= NUM_ERR_M_MAX
+        if flagged:
+            logger.warning("pooled fit at g_true %s: %s, numerical error %.2g in g (%.2g in "
+                           "m units)", p, status, float(np.max(num)), num_m)  # fmt: skip
+        a = f.acc
+        n_gal = int(a["n_support"])
+        n_used += int(a["n_galaxies"])
+        rep.append({"g1_true": p[0], "g2_true": p[1], "g1": float(f.g[0]), "g2": float(f.g[1]),
+                    "g1_err": float(err[0]), "g2_err": float(err[1]),
+                    "g1_num_err": float(num[0]), "g2_num_err": float(num[1]),
+                    "num_err_m": num_m, "decrement": float(dec),
+                    "last_step": float(f.last), "n_steps": f.steps,
+                    "status": status, "converged": converged, "flagged": flagged,
+                    "n_galaxies": n_gal, "ess_fraction_min": float(a["ess_min"]),
+                    "n_collapsed": int(a["n_collapsed"]),
+                    "n_khat_high": None if n_khat is None else int(np.nansum(
+                        n_khat[1][np.all(n_khat[0] == p, axis=1)]))})  # fmt: skip
+        h_tot = a["seed_h"].sum(axis=0)
+        for s, j in seed_ix.items():
+            jk[s][p] = f.g + np.linalg.solve(h_tot - a["seed_h"][j], a["seed_g"][j])
+    out = assemble_fits(points, est, jk, uniq, paired, n_used)
+    return out, {"grid_points": rep, "paired": paired, "n_galaxies": n_used,
+                 "n_seeds": n_seeds, "num_err_m_max": NUM_ERR_M_MAX,
+                 "n_flagged": sum(r["flagged"] for r in rep), "streamed": True,
+                 "partials": len(maps), "passes": passes}  # fmt: skip
+
+
+def _pass(maps, real_point, real_seed, support, trials, prior, n_seeds, threads, block):
+    """One pass over the partials: per grid point in ``trials`` (index -> g) the totals of
+    its galaxies at its trial g (``ll``, ``gr``, ``h`` over the galaxies with support at
+    the start), per seed the sums of the galaxies' gradients and Hessians (those finite at
+    g), the smallest ESS fraction, the collapsed galaxies and the galaxy counts."""
+    out = {i: {"ll": 0.0, "gr": np.zeros(2), "h": np.zeros((2, 2)),
+               "seed_g": np.zeros((n_seeds, 2)), "seed_h": np.zeros((n_seeds, 2, 2)),
+               "ess_min": math.inf, "n_collapsed": 0, "n_support": 0, "n_galaxies": 0}
+           for i in trials}  # fmt: skip
+    active = np.zeros(max(trials) + 1 if trials else 1, bool)
+    for i in trials:
+        active[i] = True
+    for j, ((part, _, _), rp, rs) in enumerate(zip(maps, real_point, real_seed, strict=True)):
+        gp_all = rp[part.realization_of]
+        first = support[j] is None
+        if first:
+            support[j] = np.zeros(part.n_galaxies, bool)
+        sel = (gp_all >= 0) & active[np.maximum(gp_all, 0)]
+        for a, ro, eps, lb in part.blocks(block, sel):
+            gp = rp[ro]
+            gs = rs[ro]
+            for i, g in trials.items():
+                idx = np.flatnonzero(gp == i)
+                if not len(idx):
+                    continue
+                ev = pnp.evaluate(g, eps, lb, prior, 2, idx, threads)
+                if first:
+                    support[j][a + idx] = np.isfinite(ev.terms)
+                w = support[j][a + idx]
+                o = out[i]
+                with np.errstate(invalid="ignore"):
+                    o["ll"] += float(np.sum(np.where(w, ev.terms, 0.0)))
+                o["gr"] += ev.grad[w].sum(axis=0)
+                o["h"] += ev.hess[w].sum(axis=0)
+                fin = np.all(np.isfinite(ev.grad), axis=1)
+                sg = gs[idx][fin]
+                gr_f, h_f = ev.grad[fin], ev.hess[fin].reshape(-1, 4)
+                for c in range(2):
+                    o["seed_g"][:, c] += np.bincount(sg, gr_f[:, c], n_seeds)
+                o["seed_h"] += np.stack([np.bincount(sg, h_f[:, c], n_seeds) for c in range(4)],
+                                        axis=1).reshape(n_seeds, 2, 2)  # fmt: skip
+                k = np.maximum(ev.n_draws, 1)
+                frac = ev.ess / k
+                o["ess_min"] = min(o["ess_min"], float(np.min(frac)))
+                o["n_collapsed"] += int(np.sum(ev.ess < pnp.COLLAPSE_FRAC * ev.n_draws))
+                o["n_support"] += int(w.sum())
+                o["n_galaxies"] += len(idx)
+    return out
