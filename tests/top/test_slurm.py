@@ -412,3 +412,33 @@ def test_array_tasks_starting_together_compile_once(tmp_path, caplog):
             assert len(list(cache.glob(".compiled-*"))) == 1
     assert len(logs[0]) == 1 and "miss(es) for the campaign's 1-lane programs" in logs[0][0]
     assert len(logs[1]) == 1 and "the cache already holds" in logs[1][0]
+
+
+def test_each_array_task_writes_its_partial_of_its_own_slice(tmp_path):
+    """The array script extracts a task's share of stage 2 when bias-run ends (an EXIT trap,
+    so bias-run's exit status stays the task's): bias-extract with the script's index set,
+    which, run as task 10 of --array=10-13, writes the partial of slice 0 of 4 of the plan."""
+    from shearbatch.cli import bias_extract
+    from shearbatch.io import partials as pio
+    from tests.analysis.test_extract_workers import interim_realization
+
+    res, script = emit(tmp_path, "--sbatch-array", "10-13")
+    assert res.exit_code == 0, res.output
+    lines = script.read_text().splitlines()
+    trap = next(i for i, ln in enumerate(lines) if ln.startswith("trap "))
+    assert trap < len(lines) - 1 and lines[-1].startswith("bias-run ")
+    words = shlex.split(lines[trap])
+    assert words[0] == "trap" and words[-1] == "EXIT"
+    cmd = shlex.split(words[1])
+    assert cmd[0] == "bias-extract" and cmd[cmd.index("--array-indices") + 1] == "10-13"
+    out = Path(cmd[cmd.index("--input-dir") + 1])
+    assert out == tmp_path / "out"
+    ids = [interim_realization(out, seed=s, g=(g, 0.0)).name for s in range(4) for g in (-0.02,
+                                                                                       0.02)]  # fmt: skip
+    (out / "campaign.json").write_text(json.dumps({"plan": {"run_ids": ids}}))
+    args = [a for a in cmd[1:] if not a.startswith("$")]
+    args = [a for a in args if "SLURM_CPUS" not in a] + ["1"]  # --workers "${...:-1}"
+    got = CliRunner().invoke(bias_extract, args, env=slurm_env(10, 10, 13, 1, 4))
+    assert got.exit_code == 0, got.output
+    part = pio.Partial(out / "partials" / "task-00000-of-00004.nc")
+    assert [r["run_id"] for r in part.rows] == array_slice(ids, 0, 4)
