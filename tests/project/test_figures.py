@@ -1,0 +1,304 @@
+"""Each figure quoted in README.md, docs/validation.md and docs/benchmarks.md is its
+record's value at the quoted rounding (issue 44 item 2); pure text and JSON, no JAX.
+
+The convention (also stated in docs/benchmarks.md's introduction):
+
+- a figure is quoted in a section (the text between two Markdown headings) that names its
+  record: the record's file name (``host.json``) or, for a campaign, its folder
+  (``level2_cpu_2d_wide/``);
+- :data:`FIGURES` lists the quoted figures that have a machine-readable record, each as a
+  :class:`Fig`: the document, the quoted text with each number a ``{}`` placeholder, the
+  record (a path under ``results/``) and, per placeholder, how to read the value from the
+  record and round it as quoted: a JSON path with a format (:func:`j`), a value computed
+  from records (:func:`calc`), or a token of a printed record (:func:`txt`, a regular
+  expression whose group is quoted as printed, its own rounding);
+- the test renders the text with the records' values and looks for it in the document
+  (whitespace runs, line breaks included, compare as one space), then for the record's
+  name in the same section.
+
+So changing a quoted number in a document, or the value under it in a record, fails the
+test (the rendered text is no longer in the document); a figure with no record is not
+quoted ("not recorded"). A new figure: add a :class:`Fig` beside its document's others.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = "results/benchmarks/"
+VAL = "results/validation/"
+
+
+@functools.cache
+def load(path: str) -> Any:
+    p = ROOT / path
+    return json.loads(p.read_text()) if p.suffix == ".json" else p.read_text()
+
+
+def get(doc: Any, key: str) -> Any:
+    """``a.b[2].c`` and ``rows[variant=before]`` (the first list item whose field equals)."""
+    for part in re.findall(r"[^.\[\]]+|\[[^\]]+\]", key):
+        if part.startswith("["):
+            inner = part[1:-1]
+            if "=" in inner:
+                k, v = inner.split("=", 1)
+                doc = next(x for x in doc if str(x.get(k)) == v)
+            else:
+                doc = doc[int(inner)]
+        else:
+            doc = doc[part]
+    return doc
+
+
+Value = Callable[[str], str]  # the record's path -> the quoted string
+
+
+def j(key: str, fmt: str | Callable[[Any], str], path: str | None = None) -> Value:
+    """The JSON value at ``key`` (of ``path``, default the figure's record), formatted."""
+
+    def read(record: str) -> str:
+        v = get(load(path or record), key)
+        return fmt(v) if callable(fmt) else format(v, fmt)
+
+    return read
+
+
+def calc(fn: Callable[[Callable[..., Any]], Any], fmt: str | Callable[[Any], str]) -> Value:
+    """A value computed from records: ``fn(J)`` where ``J(path, key)`` reads one."""
+
+    def read(record: str) -> str:
+        v = fn(lambda path, key: get(load(path), key))
+        return fmt(v) if callable(fmt) else format(v, fmt)
+
+    return read
+
+
+def txt(pattern: str, path: str | None = None) -> Value:
+    """The first group of ``pattern`` in a printed record, as printed."""
+
+    def read(record: str) -> str:
+        m = re.search(pattern, load(path or record), re.M)
+        assert m, f"{path or record}: no match for {pattern!r}"
+        return m.group(1)
+
+    return read
+
+
+def e3(digits: int = 2, sign: bool = True) -> Callable[[float], str]:
+    """``+2.09e-3``: the value in units of 1e-3."""
+    return lambda v: f"{v * 1e3:{'+' if sign else ''}.{digits}f}e-3"
+
+
+@dataclass(frozen=True)
+class Fig:
+    doc: str
+    text: str
+    record: str
+    values: tuple[Value, ...]
+    cite: str | None = None  # what the section names; default: the record's file name
+
+    def rendered(self) -> str:
+        return self.text.format(*(v(self.record) for v in self.values))
+
+    def citation(self) -> str:
+        if self.cite:
+            return self.cite
+        p = Path(self.record)
+        return p.name if p.suffix in (".json", ".txt") else p.name + "/"
+
+
+def stat(comp: str, path: str) -> tuple[Value, Value]:
+    """``comp``'s value and error as ``bias-stats`` printed them (``printed.txt``)."""
+    line = rf"^\s+{comp} = (\S+) ± (\S+)"
+    return txt(line, path), txt(line.replace("(\\S+) ±", "\\S+ ±"), path)
+
+
+def ivw(comp: str, err: bool) -> Callable[[Callable[..., Any]], float]:
+    """The inverse-variance mean of the CPU (500 seeds) and H100 campaigns."""
+
+    def fn(J):
+        pairs = [(J(VAL + f"{c}/bias_results.json", comp),
+                  J(VAL + f"{c}/bias_results.json", comp + "_err"))
+                 for c in ("level2_cpu_2d", "level2_field_gpu")]  # fmt: skip
+        w = [1 / e**2 for _, e in pairs]
+        return (
+            math.sqrt(1 / sum(w))
+            if err
+            else sum(wi * v for wi, (v, _) in zip(w, pairs, strict=True)) / sum(w)
+        )
+
+    return fn
+
+
+HOST, HOST0 = BENCH + "host.json", BENCH + "host_before.json"
+L0, L2 = "configs.level0.stages.", "configs.level2.stages."
+CPU2D, WIDE, GPU2D = VAL + "level2_cpu_2d/", VAL + "level2_cpu_2d_wide/", VAL + "level2_field_gpu/"
+BM, VM, RM = "docs/benchmarks.md", "docs/validation.md", "README.md"
+
+
+def ratio(key: str) -> Value:
+    return calc(lambda J: J(HOST, key) / J(HOST0, key), ".2f")
+
+
+FIGURES: list[Fig] = [
+    # docs/benchmarks.md: host work per realization (host.json, host_before.json)
+    Fig(BM, "| Level 0: records + write | {} | {} | {} |", HOST,
+        (j(L0 + "host_cpu_ms", ".2f", HOST0), j(L0 + "host_cpu_ms", ".2f"), ratio(L0 + "host_cpu_ms"))),
+    Fig(BM, "| of which `posterior.nc` | {} | {} | {} |", HOST,
+        (j(L0 + "posterior_nc_cpu_ms", ".2f", HOST0), j(L0 + "posterior_nc_cpu_ms", ".2f"),
+         ratio(L0 + "posterior_nc_cpu_ms"))),
+    Fig(BM, "| of which the JSON files | {} | {} | (load) |", HOST,
+        (j(L0 + "json_cpu_ms", ".2f", HOST0), j(L0 + "json_cpu_ms", ".2f"))),
+    Fig(BM, "| Level 2: records + write | {} | {} | {} |", HOST,
+        (j(L2 + "host_cpu_ms", ".1f", HOST0), j(L2 + "host_cpu_ms", ".2f"), ratio(L2 + "host_cpu_ms"))),
+    Fig(BM, "| of which `posterior.nc` (1.9 MB) | {} | {} | {} |", HOST,
+        (j(L2 + "posterior_nc_cpu_ms", ".1f", HOST0), j(L2 + "posterior_nc_cpu_ms", ".2f"),
+         ratio(L2 + "posterior_nc_cpu_ms"))),
+    Fig(BM, "Level 0 is at {}x of the figure before issue 33", HOST, (ratio(L0 + "host_cpu_ms"),)),
+    Fig(BM, "One writer thread writes {} Level 0 realizations/s ({} before issue 33,", HOST,
+        (j("configs.level0.scaling[2].realizations_per_s", ",.0f"),
+         j("configs.level0.scaling[2].realizations_per_s", ",.0f", HOST0))),
+    Fig(BM, "Level 2: {} realizations/s with one writer process against {} with one writer "
+        "thread", HOST, (j("configs.level2.scaling[kind=process].realizations_per_s", ".0f"),
+                         j("configs.level2.scaling[2].realizations_per_s", ".0f"))),
+    # the 1,024-realization Level 0 campaign (throughput_template.json)
+    Fig(BM, "{} realizations/s after the first batch with the default background writer "
+        "threads, {} with serial writes, {} serial and unchunked; inference {} ms and records "
+        "+ three files {} ms CPU per realization at batch 64", BENCH + "throughput_template.json",
+        (j("target[mode=threads].realizations_per_s", ".0f"),
+         j("target[mode=serial].realizations_per_s", ".0f"),
+         j("target[mode=unchunked].realizations_per_s", ".0f"),
+         j("cpu_per_realization.inference_cpu_ms", ".1f"),
+         j("cpu_per_realization.records_and_write_cpu_ms", ".1f"))),
+    # bias-extract (extract.json)
+    Fig(BM, "10,000 realization directories in {} s with 2 workers", BENCH + "extract.json",
+        (j("total_s", ".1f"),)),
+    # Level 2 through bias-run (level2_campaign.json)
+    Fig(BM, "shipped {} and {} (median {}): {}x", BENCH + "level2_campaign.json",
+        (j("measured.runs[1].galaxies_per_s", ".0f"), j("measured.runs[4].galaxies_per_s", ".0f"),
+         calc(lambda J: (J(BENCH + "level2_campaign.json", "measured.runs[1].galaxies_per_s")
+                         + J(BENCH + "level2_campaign.json", "measured.runs[4].galaxies_per_s"))
+              / 2, ".0f"),
+         calc(lambda J: (J(BENCH + "level2_campaign.json", "measured.runs[1].galaxies_per_s")
+                         + J(BENCH + "level2_campaign.json", "measured.runs[4].galaxies_per_s"))
+              / (J(BENCH + "level2_campaign.json", "measured.runs[0].galaxies_per_s")
+                 + J(BENCH + "level2_campaign.json", "measured.runs[3].galaxies_per_s")),
+              ".2f"))),
+    # Level 2's inference program (level2_rate.json)
+    *[Fig(BM, f"| {name} | " + "{} | {} |", BENCH + "level2_rate.json",
+          (j(f"measured.rows[variant={v}].median_batch_s", ".2f"),
+           j(f"measured.rows[variant={v}].galaxies_per_s", ".0f")))
+      for name, v in (("before (float64 stamps) | 1,000", "before"),
+                      ("shipped (all three) | 200", "shipped"))],
+    # cost per galaxy (cost.json)
+    Fig(BM, "| gauss_newton, galaxies/s | {} | {} | {} | {} |", BENCH + "cost.json",
+        tuple(j(f"vs_m[{i}].galaxies_per_s", ".0f") for i in (0, 2, 4, 5)),
+        cite="results/benchmarks/cost.{json,png}"),
+    # docs/validation.md: the CPU campaigns (bias-stats' printed lines, as printed)
+    *[Fig(VM, f"| {c} | " + "{} | {} |", CPU2D + "printed.txt", stat(c, CPU2D + "printed.txt"),
+          cite="level2_cpu_2d/") for c in ("m1", "m2", "c1", "c2")],
+    Fig(VM, "Coverage passes (g1 {} / {}, g2 {} / {} at 68% / 95%); {} galaxies (0.19%)",
+        CPU2D + "printed.txt",
+        (*(txt(rf"coverage {g} {p}%\s+(\S+)") for g in ("g1", "g2") for p in (68, 95)),
+         txt(r"(\d+) galaxies with collapsed weights")), cite="level2_cpu_2d/"),
+    *[Fig(VM, f"| {c} | " + "{} | {} |", WIDE + "printed.txt", stat(c, WIDE + "printed.txt"),
+          cite="level2_cpu_2d_wide/") for c in ("m1", "m2", "c1", "c2")],
+    Fig(VM, "| | value | 1 sigma (jackknife over {} seeds) |", WIDE + "bias_results.json",
+        (j("fits.g1.n_groups", "d"),), cite="level2_cpu_2d_wide/"),
+    Fig(VM, "Coverage passes (g1 {} / {}, g2 {} / {} at 68% / 95%); {} galaxies (0.19%)",
+        WIDE + "printed.txt",
+        (*(txt(rf"coverage {g} {p}%\s+(\S+)") for g in ("g1", "g2") for p in (68, 95)),
+         j("population.grid_points", lambda p: f"{sum(x['n_collapsed'] for x in p):,}",
+           WIDE + "bias_results.json")), cite="level2_cpu_2d_wide/"),
+    Fig(VM, "INCONCLUSIVE. sigma_m = {} (sigma_m x sqrt(galaxies) = {}).", WIDE + "bias_results.json",
+        (j("m1_err", lambda v: f"{v * 1e4:.1f}e-4"), calc(lambda J: J(WIDE + "bias_results.json", "m1_err")
+                                  * math.sqrt(J(WIDE + "bias_results.json", "fits.g1.n")), ".2f")),
+        cite="level2_cpu_2d_wide/"),
+    Fig(VM, "it was m1 = {} ± {}, m2 = {} ± {}, c1 = {} ± {}, c2 = {} ± {}: the c1 of",
+        WIDE + "printed_2500.txt",
+        tuple(v for c in ("m1", "m2", "c1", "c2") for v in stat(c, WIDE + "printed_2500.txt"))),
+    Fig(VM, "`bias-stats` took {} (437 s) with a peak RSS of {} kB", WIDE + "printed.txt",
+        (txt(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)"),
+         txt(r"Maximum resident set size \(kbytes\): (\d+)"))),
+    *[Fig(VM, "is m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {} from 227,200",
+          CPU2D + "bias_results.json",
+          tuple(calc(ivw(c, e), e3(2, not e)) for c in ("m1", "m2", "c1", "c2")
+                for e in (False, True)), cite="level2_field_gpu/")],
+    # the H100 campaign (level2_field_gpu/, written by bench/bench_field.py)
+    *[Fig(VM, f"| {c} | " + "{} | {} |", GPU2D + "validation.json",
+          (j(f"result.{c}", e3(2)), j(f"result.{c}_err", e3(2, False))), cite="level2_field_gpu/")
+      for c in ("m1", "m2", "c1", "c2")],
+    # README.md
+    Fig(RM, "127,872 galaxies: m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {};",
+        CPU2D + "bias_results.json",
+        tuple(j(c + e, e3(1, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
+        cite="level2_cpu_2d/"),
+    Fig(RM, "galaxies, two array tasks on the 2-core CPU): m1 = {} +- {}, m2 = {} +- {}, c1 = {} "
+        "+- {}, c2 = {} +- {}.", WIDE + "bias_results.json",
+        tuple(j(c + e, e3(2, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
+        cite="level2_cpu_2d_wide/"),
+    Fig(RM, "Gauss-Newton steps: {} Level 2 galaxies/s through `bias-run` after the compile",
+        BENCH + "level2_campaign.json", (j("measured.runs[1].galaxies_per_s", ".0f"),)),
+    Fig(RM, "| warm, end to end | 850 realizations/s (batch 1,024) | {} / 1,421 realizations/s "
+        "after the first batch | {} galaxies/s after the compile |", GPU2D + "validation.json",
+        (j("level0.realizations_per_s_after_batch_1", ",.0f"),
+         j("level2.galaxies_per_s_post_compile", ",.0f")), cite="level2_field_gpu/"),
+    Fig(RM, "{} lanes (the memory budget: {} MiB per lane, 47.5 GiB)", GPU2D + "validation.json",
+        (j("level2.batch_lanes", ",d"), j("level2.memory_per_lane_MiB", ".1f")),
+        cite="level2_field_gpu/"),
+    Fig(RM, "| whole process (compile included) | | {} / 340 realizations/s (16,384 / 32,768) | "
+        "{} images in {} s (time limit) |", GPU2D + "validation.json",
+        (j("level0.realizations_per_s_end_to_end", ".0f"), j("level2.realizations", ",d"),
+         j("level2.process_wall_s", ".0f")), cite="level2_field_gpu/"),
+    Fig(RM, "The Level 2 campaign through `bias-extract` ({} s) and `bias-stats --requirement "
+        "lsst-project` ({} s)", GPU2D + "validation.json",
+        (j("extract.wall_s", ".0f"), j("stats.wall_s", ".0f")), cite="level2_field_gpu/"),
+]  # fmt: skip
+
+
+def squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def sections(doc: str) -> list[str]:
+    """The document's sections (a heading and the text up to the next one), each squashed."""
+    parts, cur = [], []
+    for line in (ROOT / doc).read_text().splitlines():
+        if line.startswith("#") and cur:
+            parts.append(squash("\n".join(cur)))
+            cur = []
+        cur.append(line)
+    parts.append(squash("\n".join(cur)))
+    return parts
+
+
+@pytest.mark.parametrize("fig", FIGURES, ids=lambda f: f"{f.doc}:{f.text[:40]}")
+def test_quoted_figure_is_its_records_value_and_the_section_names_the_record(fig):
+    assert (ROOT / fig.record).is_file(), fig.record
+    quoted = squash(fig.rendered())
+    found = [s for s in sections(fig.doc) if quoted in s]
+    assert found, (f"{fig.doc} does not quote {quoted!r}, the value of {fig.record} at the "
+                   "quoted rounding: the document or the record changed")  # fmt: skip
+    assert any(fig.citation() in s for s in found), (
+        f"{fig.doc}: the section quoting {quoted!r} does not name its record {fig.citation()}"
+    )
+
+
+def test_printed_values_are_the_bias_results_values():
+    """printed.txt (quoted as printed) is the campaign's bias_results.json, rounded."""
+    for folder in (CPU2D, WIDE):
+        res = load(folder + "bias_results.json")
+        for comp in ("m1", "m2", "c1", "c2"):
+            v, e = (r(folder + "printed.txt") for r in stat(comp, folder + "printed.txt"))
+            assert math.isclose(float(v), res[comp], rel_tol=1e-3), (folder, comp)
+            assert math.isclose(float(e), res[comp + "_err"], rel_tol=1e-2), (folder, comp)
