@@ -119,7 +119,7 @@ def replicate(src: Path, dst: Path, n: int) -> Path:
 
     part = pio.Partial(src)
     rows = [relabel(r, n) for r in part.rows]
-    (_, ro, eps, lb), = part.blocks(max(1, part.n_galaxies))
+    ((_, ro, eps, lb),) = part.blocks(max(1, part.n_galaxies))
     for i in range(len(rows)):
         sel = ro == i
         if sel.any():
@@ -138,14 +138,37 @@ def stats_runs(d: Path, repeats: int) -> list[dict[str, Any]]:
             raise SystemExit(f"bias-stats on {d}: exit {r['exit']} ({d}/stats_{rep}.log)")
         res = json.loads((d / "stats" / "bias_results.json").read_text())
         pop = res["population"]
-        r.update({k: res[k] for k in ("m1", "m1_err", "c1", "c1_err", "m2", "m2_err", "c2",
-                                       "c2_err", "verdict")},  # fmt: skip
-                 galaxies=pop["n_galaxies"], seeds=pop["n_seeds"], passes=pop.get("passes"),
-                 partials=pop.get("partials"), repeat=rep)
+        keys = ("m1", "m1_err", "c1", "c1_err", "m2", "m2_err", "c2", "c2_err", "verdict")
+        r.update({k: res[k] for k in keys})
+        r.update(
+            galaxies=pop["n_galaxies"],
+            seeds=pop["n_seeds"],
+            passes=pop.get("passes"),
+            partials=pop.get("partials"),
+            repeat=rep,
+        )
         print(f"  {d.name}: {r['galaxies']:,} galaxies, {r['wall_s']:.1f} s, peak RSS "
               f"{r['peak_rss_mib']:.0f} MiB, m1 {r['m1']:+.3e} +- {r['m1_err']:.2e}")  # fmt: skip
         out.append(r)
     return out
+
+
+def read_stats(d: Path) -> dict[str, Any]:
+    """A bias-stats run recorded elsewhere (run.sh): ``d/stats.log`` (with ``/usr/bin/time
+    -v``'s block) and ``d/stats/bias_results.json``."""
+    text = (d / "stats.log").read_text()
+    el = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([0-9:.]+)", text)
+    secs = 0.0
+    for part in el.group(1).split(":"):
+        secs = 60 * secs + float(part)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    res = json.loads((d / "stats" / "bias_results.json").read_text())
+    pop = res["population"]
+    keys = ("m1", "m1_err", "c1", "c1_err", "m2", "m2_err", "c2", "c2_err", "verdict")
+    return {"wall_s": secs, "peak_rss_mib": int(rss.group(1)) / 1024, "exit": None,
+            **{k: res[k] for k in keys}, "galaxies": pop["n_galaxies"], "seeds": pop["n_seeds"],
+            "passes": pop.get("passes"), "partials": pop.get("partials"), "repeat": 0,
+            "source": "the campaign's own bias-stats (run.sh, stats.log)"}  # fmt: skip
 
 
 def agreement(d: Path) -> dict[str, Any]:
@@ -185,6 +208,14 @@ def main() -> None:
     ap.add_argument("--small-tasks", type=int, default=12)
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--skip-agreement", action="store_true")
+    ap.add_argument(
+        "--sizes",
+        default="small,campaign,large",
+        help="which sizes bias-stats runs on (comma-separated)",
+    )
+    ap.add_argument(
+        "--reduction-repeats", type=int, default=None, help="timed reductions (default --repeats)"
+    )
     args = ap.parse_args()
     info = h.provenance("float64")
     h.banner(info)
@@ -194,7 +225,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     tasks = array_partials(args.root, args.tasks, work)
     red = []
-    for rep in range(args.repeats):
+    for rep in range(args.reduction_repeats or args.repeats):
         out = work / "campaign"
         out.mkdir(exist_ok=True)
         r = timed([str(BIN / "bias-extract"), "--input-dir", str(args.root), "--output",
@@ -223,7 +254,7 @@ def main() -> None:
                                small_entries)}  # fmt: skip
     sizes["campaign"] = base
     big_entries, big_rows = list(entries), list(rows)
-    for n in range(1, args.replicas):
+    for n in range(1, args.replicas if "large" in args.sizes.split(",") else 1):
         for e in entries:
             dst = work / "replicas" / f"x{n}_{Path(e['path']).name}"
             if not pio.sum_path(dst).is_file():
@@ -231,14 +262,17 @@ def main() -> None:
             big_entries.append(entry(dst, e["use"]))
         big_rows += [relabel(r, n) for r in rows]
         print(f"replica {n}: {len(entries)} partials written")
-    if args.replicas > 1:
+    if args.replicas > 1 and "large" in args.sizes.split(","):
         sizes["large"] = size_dir("large", work, big_rows, big_entries)
-    stats = {name: stats_runs(d, args.repeats) for name, d in sizes.items()}
+    want = args.sizes.split(",")
+    stats = {name: stats_runs(d, args.repeats) for name, d in sizes.items() if name in want}
+    if args.campaign_stats is not None and "campaign" not in stats:
+        stats["campaign"] = [read_stats(args.campaign_stats)]
     agree = None if args.skip_agreement else agreement(sizes["small"])
     med = {name: {"wall_s": h.median([r["wall_s"] for r in rs]),
                   "peak_rss_mib": h.median([r["peak_rss_mib"] for r in rs]),
                   "galaxies": rs[0]["galaxies"]} for name, rs in stats.items()}  # fmt: skip
-    for name, v in med.items():
+    for v in med.values():
         v["galaxies_per_s"] = v["galaxies"] / v["wall_s"]
     reduce_med = {"wall_s": h.median([r["wall_s"] for r in red]),
                   "peak_rss_mib": h.median([r["peak_rss_mib"] for r in red]),
@@ -261,7 +295,7 @@ def main() -> None:
 def draw(fig: Any, res: dict[str, Any]) -> None:
     m = res["measured"]
     med = m["stats_median"]
-    names = list(med)
+    names = sorted(med, key=lambda n: med[n]["galaxies"])
     gal = np.array([med[n]["galaxies"] for n in names], float)
     ax1, ax2 = fig.subplots(1, 2)
     for n in names:

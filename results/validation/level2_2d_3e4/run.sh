@@ -10,8 +10,8 @@
 # written by ONE commit: SRC is a clean checkout (git worktree) of it, run with
 # PYTHONPATH=$SRC/src; its commit is stamped in $ROOT/source_commit and a rerun from
 # another commit (or a dirty tree) refuses to grow the campaign.
-# Stages 2 and 3 with the analysis code of this repository (its commit, clean, stamped in
-# $ROOT/analysis_commit): each array task's partial (bias-extract --array-task-id, as the
+# Stages 2 and 3 with the analysis code of ANA (default: this repository; a clean checkout
+# of its commit, run with PYTHONPATH=$ANA/src, stamped in $ROOT/analysis_commit): each array task's partial (bias-extract --array-task-id, as the
 # emitted array script does when a task ends), then the reduction (bias-extract) and
 # bias-stats --requirement lsst-project, each under /usr/bin/time -v; then
 # bench/campaign_record.py writes validation.json from the logs this script wrote.
@@ -27,6 +27,7 @@ TASKS=${TASKS:-36}
 PAR=${PAR:-1}
 WAIT_PID=${WAIT_PID:-}  # a previous run's queue to let finish first
 REPO=$(cd "$(dirname "$0")/../../.." && pwd)
+ANA=${ANA:-$REPO}
 mkdir -p "$ROOT/logs"
 commit=$(git -C "$SRC" rev-parse HEAD) || exit 1
 if [ -n "$(git -C "$SRC" status --porcelain --untracked-files=no)" ]; then
@@ -58,23 +59,24 @@ if [ ! -f "$ROOT/runs.done" ]; then
   task 0 1
   echo "$(date -Is) runs done" >> "$ROOT/grow.log" && touch "$ROOT/runs.done"
 fi
-acommit=$(git -C "$REPO" rev-parse HEAD)
-dirty=$([ -n "$(git -C "$REPO" status --porcelain --untracked-files=no -- src)" ] && echo 1 || echo 0)
+acommit=$(git -C "$ANA" rev-parse HEAD)
+dirty=$([ -n "$(git -C "$ANA" status --porcelain --untracked-files=no -- src)" ] && echo 1 || echo 0)
 echo "$acommit dirty=$dirty" > "$ROOT/analysis_commit"
-B="$REPO/.venv/bin"
+sb() { PYTHONPATH="$ANA/src" /usr/bin/time -v "$PY" -m shearbatch "$@"; }
 for i in $(seq 0 $((TASKS - 1))); do
   p=$(printf "%s/runs/partials/task-%05d-of-%05d.nc.sum.json" "$ROOT" "$i" "$TASKS")
   [ -f "$p" ] && continue
-  /usr/bin/time -v "$B/bias-extract" --input-dir "$ROOT/runs" --array-task-id "$i" \
+  sb extract --input-dir "$ROOT/runs" --array-task-id "$i" \
     --array-task-count "$TASKS" --workers 2 --no-progress > "$ROOT/logs/extract_task_$i.log" 2>&1
   echo "$(date -Is) partial $i/$TASKS rc=$?" >> "$ROOT/grow.log"
 done
 if [ ! -f "$ROOT/summary.csv" ]; then
-  /usr/bin/time -v "$B/bias-extract" --input-dir "$ROOT/runs" --output "$ROOT/summary.csv" \
+  sb extract --input-dir "$ROOT/runs" --output "$ROOT/summary.csv" \
     --workers 2 --no-progress > "$ROOT/extract.log" 2>&1 || exit 1
 fi
 if [ ! -f "$ROOT/stats/bias_results.json" ]; then
-  /usr/bin/time -v "$B/bias-stats" --input "$ROOT/summary.csv" --output-dir "$ROOT/stats" \
+  sb stats --input "$ROOT/summary.csv" --output-dir "$ROOT/stats" \
     --requirement lsst-project > "$ROOT/stats.log" 2>&1
 fi
-"$B/python" "$REPO/bench/campaign_record.py" "$ROOT" --out "$REPO/results/validation/level2_2d_3e4"
+PYTHONPATH="$ANA/src" "$PY" "$REPO/bench/campaign_record.py" "$ROOT" \
+  --out "$REPO/results/validation/level2_2d_3e4"

@@ -473,8 +473,9 @@ def _draws(g: np.ndarray, eps: np.ndarray, base: np.ndarray, prior: ShapePrior, 
     return lw, fin, (G1, G2, H11, H12, H22)
 
 
-def _reduce(g: np.ndarray, lw: np.ndarray, fin: np.ndarray, per_draw: Any, order: int,
-            correct: bool = True):
+def _reduce(
+    g: np.ndarray, lw: np.ndarray, fin: np.ndarray, per_draw: Any, order: int, correct: bool = True
+):
     """The per-galaxy half of :func:`_block`: (terms, k, ess, grad, hess) from
     :func:`_draws`' per-draw values (``per_draw`` may be zeroed in place where a draw has
     weight 0 and a non-finite derivative)."""
