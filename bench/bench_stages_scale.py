@@ -153,6 +153,22 @@ def stats_runs(d: Path, repeats: int) -> list[dict[str, Any]]:
     return out
 
 
+def read_timed(log: Path) -> dict[str, Any]:
+    """Wall s and peak RSS MiB of a ``/usr/bin/time -v`` log written elsewhere (run.sh's
+    reduction), with its partials line."""
+    text = log.read_text()
+    el = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([0-9:.]+)", text)
+    secs = 0.0
+    for part in el.group(1).split(":"):
+        secs = 60 * secs + float(part)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    m = re.search(r"partials: (\d+) realization\(s\) from partials, (\d+) read", text)
+    return {"wall_s": secs, "peak_rss_mib": int(rss.group(1)) / 1024, "exit": None,
+            "repeat": 0, "from_partials": int(m.group(1)) if m else None,
+            "read": int(m.group(2)) if m else None,
+            "source": f"run.sh's reduction ({log.name})"}  # fmt: skip
+
+
 def read_stats(d: Path) -> dict[str, Any]:
     """A bias-stats run recorded elsewhere (run.sh): ``d/stats.log`` (with ``/usr/bin/time
     -v``'s block) and ``d/stats/bias_results.json``."""
@@ -214,6 +230,14 @@ def main() -> None:
         help="which sizes bias-stats runs on (comma-separated)",
     )
     ap.add_argument(
+        "--campaign-stats",
+        type=Path,
+        default=None,
+        help="a campaign whose bias-extract and bias-stats ran already (run.sh): its folder "
+        "with extract.log, stats.log (/usr/bin/time -v), summary.csv, summary.partials.json "
+        "and stats/bias_results.json, read as the campaign size instead of running again",
+    )
+    ap.add_argument(
         "--reduction-repeats", type=int, default=None, help="timed reductions (default --repeats)"
     )
     args = ap.parse_args()
@@ -225,7 +249,12 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     tasks = array_partials(args.root, args.tasks, work)
     red = []
-    for rep in range(args.reduction_repeats or args.repeats):
+    n_red = args.repeats if args.reduction_repeats is None else args.reduction_repeats
+    base = work / "campaign"
+    if n_red == 0 and args.campaign_stats is not None:  # run.sh's reduction, as it ran
+        base = args.campaign_stats
+        red.append(read_timed(base / "extract.log"))
+    for rep in range(n_red):
         out = work / "campaign"
         out.mkdir(exist_ok=True)
         r = timed([str(BIN / "bias-extract"), "--input-dir", str(args.root), "--output",
@@ -240,9 +269,8 @@ def main() -> None:
         red.append(r)
     from shearbatch.analysis import extract as ex
 
-    rows = ex.read_summary(work / "campaign" / "summary.csv").to_dict("records")
-    idx = json.loads((work / "campaign" / "summary.partials.json").read_text())
-    base = work / "campaign"
+    rows = ex.read_summary(base / "summary.csv").to_dict("records")
+    idx = json.loads((base / "summary.partials.json").read_text())
     entries = [{**e, "path": str((base / e["path"]).resolve())} for e in idx["partials"]]
     small_names = {f"task-{i:05d}-of-{args.tasks:05d}.nc" for i in range(args.small_tasks)}
     small_entries = [e for e in entries if Path(e["path"]).name in small_names]
@@ -265,10 +293,21 @@ def main() -> None:
     if args.replicas > 1 and "large" in args.sizes.split(","):
         sizes["large"] = size_dir("large", work, big_rows, big_entries)
     want = args.sizes.split(",")
-    stats = {name: stats_runs(d, args.repeats) for name, d in sizes.items() if name in want}
-    if args.campaign_stats is not None and "campaign" not in stats:
+    stats: dict[str, list] = {}
+    if args.campaign_stats is not None and "campaign" not in want:
         stats["campaign"] = [read_stats(args.campaign_stats)]
+    for name, d in sizes.items():
+        if name in want:
+            stats[name] = stats_runs(d, args.repeats)
+            record(args, info, tasks, red, stats, None, complete=False)  # so far
     agree = None if args.skip_agreement else agreement(sizes["small"])
+    record(args, info, tasks, red, stats, agree, complete=True)
+    if "--keep" not in sys.argv:
+        shutil.rmtree(work / "replicas", ignore_errors=True)
+
+
+def record(args, info, tasks, red, stats, agree, complete: bool) -> None:
+    """Write the record (after each size, ``complete`` False until the last)."""
     med = {name: {"wall_s": h.median([r["wall_s"] for r in rs]),
                   "peak_rss_mib": h.median([r["peak_rss_mib"] for r in rs]),
                   "galaxies": rs[0]["galaxies"]} for name, rs in stats.items()}  # fmt: skip
@@ -283,13 +322,11 @@ def main() -> None:
           f"{RSS_BOUND_GIB * 1024:.0f})")  # fmt: skip
     m = {"array_tasks": tasks, "reduction": red, "reduction_median": reduce_med,
          "stats": stats, "stats_median": med, "agreement": agree,
-         "rss_bound_mib": RSS_BOUND_GIB * 1024,
+         "rss_bound_mib": RSS_BOUND_GIB * 1024, "complete": complete,
          "replicas": args.replicas, "small_tasks": args.small_tasks}  # fmt: skip
     res = {"settings": {k: (h.rel(v) if isinstance(v, Path) else v)
                         for k, v in vars(args).items()}, "info": info, "measured": m}  # fmt: skip
     h.write_json(res, args.out, draw)
-    if "--keep" not in sys.argv:
-        shutil.rmtree(work / "replicas", ignore_errors=True)
 
 
 def draw(fig: Any, res: dict[str, Any]) -> None:
