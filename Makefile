@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet $(PIN) -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(PIN) -e '.[test,anacal]'
 	touch $@
 
 $(VENV)/.installed-docs: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
@@ -82,7 +82,7 @@ constraints:  ## refresh constraints.txt from a fresh resolve of pyproject.toml
 	rm -rf .venv-constraints
 	$(PYTHON) -m venv .venv-constraints
 	.venv-constraints/bin/python -m pip install --quiet --upgrade pip
-	.venv-constraints/bin/python -m pip install --quiet -e '.[test,docs]'
+	.venv-constraints/bin/python -m pip install --quiet -e '.[test,docs,anacal]'
 	( echo "# Tested versions: pip install -c constraints.txt -e '.[test]' (what make uses; '.[docs]' for make docs)."; \
 	  echo "# Refresh: make constraints, then make test and make docs; commit if they pass."; \
 	  .venv-constraints/bin/python -m pip freeze --exclude-editable ) > constraints.txt

@@ -113,6 +113,9 @@ class RunSpec(NamedTuple):
     #: shear_model interim: the config's own view (intrinsic-shape population prior, shear
     #: prior), while ``model`` is the interim model; None for the joint model
     population: Problem | None = None
+    #: host estimators beside the method (``inference.estimators``): ``(name, settings)``
+    #: each, settings its validated ``inference.<name>_config`` (:mod:`shearbatch.estimators`)
+    estimators: tuple[tuple[str, Any], ...] = ()
 
     @property
     def method(self) -> str:
@@ -290,4 +293,16 @@ def run_spec(cfg: Config) -> RunSpec:
         config_hash=config_hash(cfg),
         provenance=prov,
         population=population,
+        estimators=_estimators(cfg.inference),
     )
+
+
+def _estimators(inference: Any) -> tuple[tuple[str, Any], ...]:
+    """``(name, validated settings)`` of the config's host estimators."""
+    from . import estimators
+
+    out = []
+    for name in getattr(inference, "estimators", None) or ():
+        settings = getattr(inference, f"{name}_config", None)
+        out.append((name, settings or estimators.settings_model(name)()))
+    return tuple(out)

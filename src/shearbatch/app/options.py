@@ -65,6 +65,8 @@ class RunOptions:
     memory_budget: str | None = None
     output_dir: str | None = None
     method: str | None = None
+    #: host estimators beside the method, comma-separated (``inference.estimators``)
+    estimators: str | None = None
     x64: bool | None = None
     array_task_id: int | None = None
     array_task_count: int | None = None
@@ -152,6 +154,9 @@ def overrides(kw: RunOptions | Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
         out["campaign.shear_from_prior"] = ("shear_from_prior", True)
     if _get(kw, "method") is not None:
         out["inference.method"] = ("method", str(_get(kw, "method")).lower())
+    if _get(kw, "estimators") is not None:
+        names = [e.strip().lower() for e in str(_get(kw, "estimators")).split(",") if e.strip()]
+        out["inference.estimators"] = ("estimators", [e for e in names if e != "none"] or None)
     if _get(kw, "x64") is not None:
         out["inference.precision"] = ("x64", "float64" if _get(kw, "x64") else "float32")
     for f, k in SBATCH_FLAGS.items():

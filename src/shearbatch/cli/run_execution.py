@@ -29,6 +29,15 @@ _CACHE_HELP = (
     ),
 )
 @click.option(
+    "--estimators",
+    default=None,
+    help=_help(
+        "Host estimators beside the method on the same realizations, comma-separated "
+        "(anacal: AnaCal's FPFS, pip install 'shearbatch[anacal]'); 'none' for none.",
+        config="inference.estimators",
+    ),
+)
+@click.option(
     "--array-task-id",
     type=int,
     default=None,

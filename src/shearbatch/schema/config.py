@@ -537,6 +537,21 @@ class Config(_Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _check_estimators(self) -> Config:
+        """A host estimator's settings against the stamps (e.g. AnaCal's cell size)."""
+        from .. import estimators
+
+        for name in getattr(self.inference, "estimators", None) or ():
+            settings = getattr(self.inference, f"{name}_config", None)
+            settings = settings or estimators.settings_model(name)()
+            im = self.image
+            try:
+                estimators.module(name).check(settings, im.size_x, im.size_y, im.pixel_scale)
+            except ValueError as err:
+                raise ConfigError(f"inference.{err}") from None
+        return self
+
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
@@ -687,6 +702,8 @@ _HASH_NEUTRAL = (
     ("inference", "map_config", "proposal_centre"),
     ("inference", "map_config", "gauss_newton_precision"),
     ("inference", "map_config", "draw_precision"),
+    ("inference", "estimators"),
+    ("inference", "anacal_config"),
 )
 
 

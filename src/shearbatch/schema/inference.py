@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
 
+from .. import estimators as _est
 from ..core import methods as _methods
 from ..core.methods import DEFAULT as DEFAULT_METHOD
 from ..core.methods import names as method_names
@@ -43,6 +44,18 @@ class InferenceRules(_Strict):
                 f"per-galaxy population weights), got {method}"
             )
         return self
+
+    @field_validator("estimators", check_fields=False)
+    @classmethod
+    def _estimators(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        v = [e.lower() for e in v]
+        for e in v:
+            _est.require(e)  # unknown, or its package not installed: one line
+        if len(set(v)) != len(v):
+            raise ValueError(f"an estimator named twice: {v}")
+        return v
 
     @field_validator("method", check_fields=False)
     @classmethod
@@ -86,6 +99,16 @@ _TAIL: dict[str, Any] = {
     "interim_e_sigma": (Positive, Field(0.5, description=(
         "[1] shear_model interim: the interim prior on each observed-ellipticity "
         "component, Normal(0, interim_e_sigma) on |e| < 1 (written to posterior.nc)."))),
+    # host estimators beside the method (shearbatch/estimators/, issue 45): null, the
+    # default, keeps a config's hash as before they existed (schema/config.py)
+    "estimators": (list[str] | None, Field(None, description=(
+        "Host estimators run beside the method on the same realizations (--estimators): "
+        "e.g. [anacal] (AnaCal's FPFS; pip install 'shearbatch[anacal]'); each measures "
+        "every galaxy in its own cell, on the host, in worker processes, and bias-stats "
+        "gives each one its m, c, verdict and cost, and its difference from the method "
+        "with a paired error. null: none."))),
+    **{f"{_name}_config": (_est.settings_model(_name) | None, Field(None, description=(
+        f"Settings of host estimator {_name} (null: its defaults)."))) for _name in _est.names()},
 }  # fmt: skip
 
 
