@@ -473,6 +473,11 @@ def run_campaign(
                     ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
     chunk = lane_chunk_for(lane_chunk, spec)
     method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
+    host = None  # host estimators beside the method (inference.estimators)
+    if spec.estimators:
+        from .estimators.host import HostEstimators, with_estimates
+
+        host = HostEstimators(spec)
     auto_kind, auto_n = default_writers()
     writer_kind, writers = writer_kind or auto_kind, writers or auto_n
     # writer processes start now, so that their interpreters start while the program compiles
@@ -534,8 +539,10 @@ def run_campaign(
         else:  # over several devices the draws come back sharded: checked on the host
             flight = lanes.launch(program, keys, sim.images, check if mesh is None else None,
                                   waiter)  # fmt: skip
+        # the host estimators' cells of the same realizations, measured while the device runs
+        measuring = host.submit(pad_to(batch, batch_size), len(batch)) if host else None
         return {"ib": ib, "batch": batch, "sim": sim, "flight": flight,
-                "t0": t0, "t_sim": t1 - t0}  # fmt: skip
+                "t0": t0, "t_sim": t1 - t0, "host": measuring}  # fmt: skip
 
     def land(job: dict[str, Any]) -> dict[str, Any]:
         """Wait for the device, bring the batch's draws to the host."""
@@ -566,7 +573,10 @@ def run_campaign(
         def extra(b: int) -> dict[str, Any]:  # what the engine adds to each record
             return {"batch": {**report, "lane": b}, "runtime_s": runtime_s, "provenance": prov}
 
+        estimates = iter(host.collect(job["host"])) if host else None
         for r, rec in batch_records(spec, method, batch, draws, obs, hsim, dtype, chi2, extra):
+            if estimates is not None:
+                rec = with_estimates(rec, next(estimates))
             if keep == "estimator":
                 rec = estimator_draws(rec, spec.population is not None)
             conv, d = rec.convergence, os.path.join(root, r.run_id)
@@ -617,12 +627,16 @@ def run_campaign(
             landed = None
     except BaseException:
         sink.close(abandon=True)
+        if host is not None:
+            host.close(abandon=True)
         raise
     finally:
         waiter.shutdown(wait=False)
         if bar is not None:
             bar.close()
     sink.close()
+    if host is not None:
+        host.close()
     sink.check()
     written = set(sink.written)
     n_ok = sum(1 for d in written if status.get(d) == "ok")

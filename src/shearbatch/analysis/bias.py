@@ -489,4 +489,10 @@ def measure_bias(
         scope=sc, verdict_of_complete=of_complete,
         planning=planning(crit, fits, design, len(use), n_seeds, target_sigma_m),
     )  # fmt: skip
+    from .compare import compare_estimators  # host estimators beside the method (issue 45)
+
+    method = str(use["method"].iloc[0]) if "method" in use.columns else "method"
+    frac = len(use) / max(sc["n_complete"], 1)
+    if (side := compare_estimators(use, point, acc, frac, method)) is not None:
+        result = result.replace(extra={**result.extra, "estimators": side})
     return BiasAnalysis(result, fits, use)

@@ -64,6 +64,8 @@ from ..core import flags as fl
 from ..core.convergence import Convergence
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
 from ..core.population_np import PriorSpec
+from ..estimators import columns as estimator_columns
+from ..estimators import row_of as estimator_row
 from ..io import POSTERIOR, atomic, find_realization_dirs, inspect_realization, integrity
 
 __all__ = [
@@ -113,6 +115,8 @@ SUMMARY_COLUMNS = [
     # False: a directory that is not in the campaign's plan (analysis/progress.py); empty
     # without a campaign.json
     "in_plan",
+    # host estimators beside the method (<name>_e1, _e2, _r11, _r22, ...: shearbatch.estimators)
+    *estimator_columns(),
 ]  # fmt: skip
 
 
@@ -384,6 +388,7 @@ def read_realization(
             row["_population"] = compact_draws(interim[2])
     row["flags"] = "|".join(fl.names(flags))
     row["passed_convergence"] = (flags & ~fl.WARNINGS) == 0
+    row.update(estimator_row(conv.diagnostics.get("estimators")))
     return done("ok", fl.describe(flags))
 
 

@@ -192,6 +192,12 @@ def render_report(
     parts += ["<h2>Acceptance criteria</h2>",
               _table(["criterion", "value", "± error", "error method", "threshold", "status",
                       "note"], rows)]  # fmt: skip
+    if side := res.extra.get("estimators"):  # host estimators beside the method (compare.py)
+        from .compare import side_by_side
+
+        head, srows, note = side_by_side(side)
+        parts += ["<h2>Estimators on the same realizations</h2>", f"<p>{_esc(note)}</p>",
+                  _table(head, [[_esc(x) for x in r] for r in srows])]  # fmt: skip
     plan = res.planning or {}
     if plan.get("lines"):
         parts += ["<h2>Planning</h2>",
@@ -317,6 +323,10 @@ def summary_lines(res: BiasResult, results: Path | None = None,
             line += f": {c.reason}"
         out.append(line)
     out += (res.planning or {}).get("lines", [])
+    if side := res.extra.get("estimators"):  # host estimators beside the method (compare.py)
+        from .compare import side_lines
+
+        out += side_lines(side)
     v = res.verdict
     why = ""
     if sc.get("unfinished"):

@@ -1,0 +1,260 @@
+r"""Estimators side by side on the same realizations (``bias_results.json``'s ``estimators``).
+
+A campaign that ran host estimators (``inference.estimators``, :mod:`shearbatch.estimators`)
+holds, per realization, the forward model's point estimate ``g_hat`` and each host
+estimator's sums over the galaxies of its shear estimate ``e`` and response ``R``.
+Every estimator is fitted the same way, per component, over the realizations ``i`` (the
+rows a campaign's usable, complete rings give both), by the moment equations
+``sum_i z_i (e_i - bar R_i ((1 + m) g_i + c)) = 0`` with the known truths as instruments,
+``z_i = (g_i, 1)``, of the model
+
+.. math:: e_i = (1 + m)\, \bar R_i g_i + c\, \bar R_i
+
+(the forward model: ``e_i = g_hat_i``, ``R = 1``, the ordinary regression of
+:func:`shearbatch.analysis.stats.fit_regression`; a response estimator: ``e_i`` and the
+response ``R_i`` are sums over the realization's galaxies, and ``bar R_i`` is the mean
+of ``R`` over the realization's ring, the copies of its seed at its grid point (+g/-g
+and rotations: the same galaxies), so a response estimate is a ratio of sums, never a
+per-galaxy ratio). With +g/-g pairs and ring copies in the rows the regressors of a ring
+sum to zero against its common part, so the fit is the copies' difference and mean: the
+designs cancel shape and pixel noise for every estimator alike (with each copy's own
+``R_i`` instead, the shape noise of a pair would leak through ``R(+g) != R(-g)``). The
+equations are linear in the response, whose per-galaxy noise (FPFS's noise-bias
+correction is exact on average only) would bias a least-squares fit on ``R g`` (errors
+in the variables); with pairs they give FPFS's own paired estimator,
+``1 + m = sum (e(+g) - e(-g)) / (2 g sum bar R)``. Where ``g`` is constant (a 1-D
+grid's other component) only ``c = sum(e - R g) / sum R`` is defined.
+
+**Errors** are a delete-one-seed jackknife (every realization of a seed, its pairs and
+ring copies, left out together), computed from per-seed sums of the normal equations.
+The **difference** of two estimators, ``m_A - m_B`` and ``c_A - c_B``, is jackknifed with
+the same deletions: the estimators measured the same galaxies and noise, so their errors
+are correlated and the difference's error is far smaller than either's.
+
+Each estimator gets the requirement's criteria on |m| and |c| (no coverage or SBC: a
+response estimator has no posterior intervals) and a verdict by the same three-valued
+rule (:func:`shearbatch.analysis.verdict.criteria`), and its cost per galaxy: the forward
+model's device seconds per realization (``runtime_s``) over its galaxies, a host
+estimator's CPU seconds per galaxy on one worker core.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from .. import estimators as est
+from .stats import Fit, complete_rings
+from .verdict import criteria, overall
+
+__all__ = ["compare_estimators", "fit_response", "present"]
+
+
+def present(df: Any) -> list[str]:
+    """The host estimators with values in table ``df``."""
+    return [n for n in est.names()
+            if f"{n}_e1" in df.columns and np.isfinite(df[f"{n}_e1"].to_numpy(float)).any()]  # fmt: skip
+
+
+def _sums(e: np.ndarray, r: np.ndarray, g: np.ndarray, grp: np.ndarray, ng: int) -> np.ndarray:
+    """Per-seed sums (ng, 5) of the moment equations' pieces: R g^2, R g, R, e g, e."""
+    parts = np.stack([r * g * g, r * g, r, e * g, e], axis=1)
+    out = np.zeros((ng, 5))
+    np.add.at(out, grp, parts)
+    return out
+
+
+def _solve(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(m, c) from summed pieces ``s`` (..., 5): ``sum z (e - R (a g + c)) = 0`` for the
+    instruments ``z = (g, 1)``."""
+    det = s[..., 0] * s[..., 2] - s[..., 1] ** 2
+    a = (s[..., 3] * s[..., 2] - s[..., 4] * s[..., 1]) / det
+    c = (s[..., 0] * s[..., 4] - s[..., 1] * s[..., 3]) / det
+    return a - 1.0, c
+
+
+def _offset(e: np.ndarray, r: np.ndarray, g0: float, grp: np.ndarray, ng: int) -> np.ndarray:
+    """Per-seed sums (ng, 2) of (e - R g0, R) for the offset-only fit."""
+    out = np.zeros((ng, 2))
+    np.add.at(out, grp, np.stack([e - r * g0, r], axis=1))
+    return out
+
+
+def _jack(full: np.ndarray, per: np.ndarray, fn) -> tuple[np.ndarray, np.ndarray]:
+    """(estimate, jackknife replicates (ng, ...)) of ``fn`` over the summed pieces."""
+    return np.asarray(fn(full)), np.asarray(fn(full[None, :] - per))
+
+
+def _err(reps: np.ndarray) -> np.ndarray:
+    n = reps.shape[0]
+    return np.sqrt((n - 1) / n * np.sum((reps - reps.mean(axis=0)) ** 2, axis=0))
+
+
+def ring_ids(df: Any) -> np.ndarray:
+    """Each row's ring (:func:`shearbatch.analysis.stats.complete_rings`' key): its seed
+    and pair id without the ``_r<k>`` suffix when paired, else its seed and true shear."""
+    n = len(df)
+    sign = df["pair_sign"].to_numpy(float) if "pair_sign" in df.columns else np.zeros(n)
+    paired = np.isin(np.where(np.isfinite(sign), sign, 0.0), (1.0, -1.0))
+    pid = df["pair_id"].fillna("").astype(str).to_numpy() if "pair_id" in df.columns else None
+    truth = df[["g1_true", "g2_true"]].to_numpy(float).round(12)
+    seeds = df["seed"].astype(str).to_numpy()
+    keys = [f"{sd}|{re.sub(r'_r[0-9]+$', '', pid[i])}" if pr and pid is not None
+            else f"{sd}|{truth[i][0]!r}|{truth[i][1]!r}"
+            for i, (sd, pr) in enumerate(zip(seeds, paired, strict=True))]  # fmt: skip
+    return np.unique(np.asarray(keys), return_inverse=True)[1]
+
+
+def ring_mean(r: np.ndarray, rings: np.ndarray) -> np.ndarray:
+    """``r`` averaged over each row's ring."""
+    tot = np.bincount(rings, weights=r)
+    cnt = np.bincount(rings)
+    return (tot / cnt)[rings]
+
+
+def fit_response(e: np.ndarray, r: np.ndarray, g: np.ndarray,
+                 groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:  # fmt: skip
+    """``((m, c), jackknife replicates (n_seeds, 2), slope defined)`` of one component."""
+    _, grp = np.unique(groups, return_inverse=True)
+    ng = int(grp.max()) + 1
+    if np.ptp(g) > 1e-12:
+        s = _sums(e, r, g, grp, ng)
+
+        def fn(x):
+            return np.stack(_solve(x), axis=-1)
+
+        est_, reps = _jack(s.sum(axis=0), s, fn)
+        return est_, reps, True
+    s = _offset(e, r, float(g[0]), grp, ng)
+
+    def fn0(x):
+        return np.stack([np.full(x.shape[:-1], np.nan), x[..., 0] / x[..., 1]], axis=-1)
+
+    est_, reps = _jack(s.sum(axis=0), s, fn0)
+    return est_, reps, False
+
+
+def _fit(theta: np.ndarray, reps: np.ndarray, slope: bool, n: int, comp: str) -> Fit:
+    err = _err(reps)
+    ng = reps.shape[0]
+    method = "jackknife" if ng >= 2 else "none"
+    why = "" if slope else f"{comp}_true is constant over the campaign: slope undefined"
+    return Fit(m=float(theta[0]) if slope else None, c=float(theta[1]),
+               m_err=float(err[0]) if slope and ng >= 2 else None,
+               c_err=float(err[1]) if ng >= 2 else None, error_method=method, errors={},
+               n=n, n_groups=ng, m_reason=why)  # fmt: skip
+
+
+def compare_estimators(use: Any, point: str, acc: dict[str, Any], frac: float,
+                       method: str) -> dict[str, Any] | None:  # fmt: skip
+    """The ``estimators`` section of ``bias_results.json`` (module docstring) for the
+    usable rows ``use`` (the forward model's point estimate ``g<k>_<point>``), or None
+    when no host estimator ran."""
+    names = present(use)
+    if not names:
+        return None
+    ok = np.ones(len(use), dtype=bool)
+    for n in names:
+        ok &= np.isfinite(use[f"{n}_e1"].to_numpy(float)) & np.isfinite(
+            use[f"{n}_r11"].to_numpy(float)
+        )
+    rows = use[ok].reset_index(drop=True)
+    ring, _ = complete_rings(rows)
+    rows = rows[ring].reset_index(drop=True)
+    groups = rows["seed"].astype(str).to_numpy()
+    n_gal = rows[f"{names[0]}_n"].to_numpy(float)
+    col = point if f"g1_{point}" in rows.columns else "mean"
+    data = {method: {c: (rows[f"g{c}_{col}"].to_numpy(float), np.ones(len(rows)))
+                     for c in "12"}}  # fmt: skip
+    rings = ring_ids(rows)
+    for n in names:
+        data[n] = {c: (rows[f"{n}_e{c}"].to_numpy(float),
+                       ring_mean(rows[f"{n}_r{c}{c}"].to_numpy(float), rings)) for c in "12"}  # fmt: skip
+    out: dict[str, Any] = {"n_used": len(rows), "n_seeds": len(set(groups)),
+                           "fit": "e = (1 + m) R g + c R, moment equations with instruments "
+                                  "(g, 1) over the realizations (R: the ring's mean "
+                                  "response); errors: delete-one-seed jackknife",
+                           "forward_model": method, "point_estimate": col,
+                           "results": {}, "differences": {}}  # fmt: skip
+    reps_of: dict[str, dict[str, np.ndarray]] = {}
+    for name, comps in data.items():
+        fits, entry, reps_of[name] = {}, {}, {}
+        for c, (e, r) in comps.items():
+            theta, reps, slope = fit_response(e, r, rows[f"g{c}_true"].to_numpy(float), groups)
+            f = _fit(theta, reps, slope, len(rows), f"g{c}")
+            fits[f"g{c}"], reps_of[name][c] = f, reps
+            entry.update({f"m{c}": f.m, f"m{c}_err": f.m_err, f"c{c}": f.c, f"c{c}_err": f.c_err})
+        crit = criteria(fits, {}, {}, frac, acc, len(rows))
+        entry["criteria"] = [x.to_json() for x in crit]
+        entry["verdict"] = overall(x.status for x in crit)
+        if name == method:
+            cost = rows["runtime_s"].to_numpy(float) if "runtime_s" in rows else np.array([np.nan])
+            entry["cost"] = {"what": "device wall seconds per realization (runtime_s) / galaxies"}
+        else:
+            cost = rows[f"{name}_cost_s"].to_numpy(float)
+            entry["cost"] = {"what": "CPU seconds of one worker core"}
+            entry["n_flagged"] = int(np.nansum(rows[f"{name}_n_flagged"].to_numpy(float)))
+        per_gal = float(np.nanmean(cost / n_gal)) if len(rows) else float("nan")
+        entry["cost"].update(
+            s_per_galaxy=per_gal, galaxies_per_s=1.0 / per_gal if per_gal > 0 else None
+        )
+        out["results"][name] = entry
+    for name in names:
+        d: dict[str, Any] = {}
+        for c in "12":
+            a, b = reps_of[name][c], reps_of[method][c]
+            ea, eb = out["results"][name], out["results"][method]
+            for q, i in (("m", 0), ("c", 1)):
+                va, vb = ea[f"{q}{c}"], eb[f"{q}{c}"]
+                if va is None or vb is None:
+                    d[f"d{q}{c}"] = d[f"d{q}{c}_err"] = None
+                    continue
+                d[f"d{q}{c}"] = va - vb
+                d[f"d{q}{c}_err"] = float(_err(a[:, i] - b[:, i])) if a.shape[0] >= 2 else None
+        out["differences"][f"{name} - {method}"] = d
+    return out
+
+
+def _pm(v: Any, e: Any) -> str:
+    if v is None:
+        return "undefined"
+    return f"{v:+.2e}" + ("" if e is None else f" ± {e:.1e}")
+
+
+def side_by_side(side: dict[str, Any]) -> tuple[list[str], list[list[str]], str]:
+    """``(header, rows, note)`` of the estimators' table (the report's and the printout's):
+    one row per estimator and one per difference."""
+    head = ["estimator", "m1", "m2", "c1", "c2", "verdict", "s per galaxy", "galaxies/s"]
+    rows = []
+    for name, r in side["results"].items():
+        cost = r.get("cost", {})
+        gps = cost.get("galaxies_per_s")
+        rows.append([name] + [_pm(r[f"{q}{k}"], r[f"{q}{k}_err"]) for q, k in
+                              (("m", "1"), ("m", "2"), ("c", "1"), ("c", "2"))]
+                    + [r["verdict"], f"{cost.get('s_per_galaxy', float('nan')):.3g}",
+                       "-" if gps is None else f"{gps:.3g}"])  # fmt: skip
+    for name, d in side["differences"].items():
+        rows.append([name] + [_pm(d[f"d{q}{k}"], d[f"d{q}{k}_err"]) for q, k in
+                              (("m", "1"), ("m", "2"), ("c", "1"), ("c", "2"))]
+                    + ["(paired error)", "", ""])  # fmt: skip
+    note = (f"{side['n_used']} realizations, {side['n_seeds']} seeds, the same galaxies and "
+            f"noise for every estimator; {side['fit']}; the forward model "
+            f"({side['forward_model']}) by its {side['point_estimate']} per realization; "
+            "cost: the forward model's device seconds per realization over its galaxies, a "
+            "host estimator's CPU seconds of one worker core")  # fmt: skip
+    return head, rows, note
+
+
+def side_lines(side: dict[str, Any]) -> list[str]:
+    """The printed table of :func:`side_by_side`."""
+    head, rows, note = side_by_side(side)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
+    return [
+        "estimators on the same realizations:",
+        fmt.format(*head),
+        *(fmt.format(*r) for r in rows),
+        f"  ({note})",
+    ]
