@@ -446,7 +446,10 @@ def run_campaign(
     batch k+2 is dispatched.
     A set ``stop`` event (SIGTERM, Ctrl-C) or a ``deadline`` (``time.time()``
     seconds) that the next batch would overrun, estimated from the batches so far,
-    stops the loop before its next batch; the writes already queued finish. A write
+    stops the loop before its next batch; the writes already queued finish. With
+    ``stop``, the log says when the last batch is next (``next: batch k/k, the last``),
+    before the check that would stop it: a signal logged after that line came after the
+    last check and stops no batch (tests/guarantees/test_interrupts.py). A write
     that fails raises :class:`~shearbatch.io.WriteError` (one line) once the writes
     in flight have ended; every realization is then complete or absent.
     ``provenance`` (config, plan, versions, code version, device: see
@@ -606,6 +609,8 @@ def run_campaign(
     hosts: list[float] = []  # each finished batch's host work (s)
     try:
         for ib, batch in enumerate(batches):
+            if stop is not None and ib == len(batches) - 1:  # before the check, not after
+                logger.info("next: batch %d/%d, the last", ib + 1, len(batches))
             if stop is not None and stop.is_set():
                 stopped = "signal"
                 break

@@ -143,7 +143,22 @@ def test_sigterm_finishes_the_writes_in_flight_and_says_how_to_resume(tmp_path, 
     assert "Traceback" not in log
 
 
+def signal_after_last_check(log: str, name: str = "SIGINT") -> bool:
+    """Whether the run's log shows the signal after the engine's line for its last batch
+    (``next: batch k/k, the last``, logged before the check that a signal stops): only
+    then may the run complete. The watchdog sets the stop event before it logs the
+    signal, so a signal the last check missed is always logged after that line."""
+    lines = log.splitlines()
+    seen = [i for i, ln in enumerate(lines) if f"{name}: no new batch" in ln]
+    assert len(seen) == 1, log  # the run saw the signal, once
+    last = [i for i, ln in enumerate(lines) if "next: batch" in ln and ", the last" in ln]
+    return bool(last) and last[0] < seen[0]
+
+
 def test_repeated_ctrl_c_during_writes_never_hangs(tmp_path, tiny_cfg, reference):
+    """Ctrl-C three times: each run stops (130) and says how to resume, unless the signal
+    came after its last batch's check (the log says which), when it may complete (0);
+    a run that ignores SIGINT fails here. Then the resume gives the uninterrupted result."""
     out = tmp_path / "out"
     for i in range(3):
         p = start(args(tiny_cfg, out), tmp_path / f"int{i}.log")
@@ -154,13 +169,36 @@ def test_repeated_ctrl_c_during_writes_never_hangs(tmp_path, tiny_cfg, reference
         rc, log = finish(p, timeout=60)  # the old writer hung here for > 10 minutes
         assert time.monotonic() - t0 < 15
         assert "Traceback" not in log
-        if rc == 0:  # the Ctrl-C came while the last batch was in flight: it completed
-            assert n_done(out) == N, log
+        late = signal_after_last_check(log)
+        if rc == 0:
+            assert late, f"exit 0 after a Ctrl-C before the last batch's check\n{log}"
+            assert n_done(out) == N and "stopped before batch" not in log, log
             break
         assert rc == 130, log
         assert "re-run the same command to resume" in log
+        # stopped between batches, or abandoned by the watchdog: resumable either way
+        assert "stopped before batch" in log or "abandoning it" in log, log
+        assert set(states(out).values()) <= {"done", "incomplete"}
+        assert n_done(out) < N, log
     rc, log = run(args(tiny_cfg, out), tmp_path / "final.log")
     assert rc == 0, log
+    assert_same_results(out, reference)
+
+
+def test_ctrl_c_after_the_last_batchs_check_lets_the_campaign_complete(
+    tmp_path, tiny_cfg, reference
+):
+    """The one case where a Ctrl-C ends in exit 0: it came after the last batch's check
+    (sent once the log says the last batch is next), so no batch is left to skip; the run
+    finishes it and its writes within the grace, with the uninterrupted result."""
+    out = tmp_path / "out"
+    p = start(args(tiny_cfg, out), tmp_path / "late.log")
+    wait_for(lambda: "next: batch 12/12, the last" in p.log.read_text(), p)
+    p.send_signal(signal.SIGINT)
+    rc, log = finish(p, timeout=60)
+    assert rc == 0, log
+    assert signal_after_last_check(log) and "stopped before batch" not in log
+    assert "Traceback" not in log
     assert_same_results(out, reference)
 
 

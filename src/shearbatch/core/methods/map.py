@@ -151,7 +151,7 @@ class MapInfo(NamedTuple):
 
     potential: jax.Array  # U at the mode
     grad_norm_whitened: jax.Array  # |L^-1 g| at the mode (Laplace.grad_whitened)
-    n_steps: jax.Array  # optimiser steps taken
+    n_steps: jax.Array  # optimiser iterations (Newton: steps taken + the last, which takes none)
     converged: jax.Array  # the optimiser's own stopping rule met
     decrement: jax.Array  # half the Newton decrement at the mode
     laplace_ok: jax.Array  # Hessian finite and positive definite
@@ -208,11 +208,28 @@ STALL_STEPS = 5
 
 
 def _newton(
-    x0, fun, *, num_steps: int, tol: float, blocks_fn=None, layout: arrow.Layout | None = None
+    x0,
+    fun,
+    *,
+    num_steps: int,
+    tol: float,
+    blocks_fn=None,
+    layout: arrow.Layout | None = None,
+    final: bool = True,
 ) -> tuple[OptResult, arrow.Arrow]:
     """Damped saddle-free Newton with Armijo backtracking; returns the result and the
-    Hessian's blocks at the last iterate (``blocks_fn(x)``, default: the dense Hessian as
-    one block, :func:`shearbatch.core.arrow.dense_layout`).
+    Hessian's blocks at the point it returns (``blocks_fn(x)``, default: the dense Hessian
+    as one block, :func:`shearbatch.core.arrow.dense_layout`).
+
+    Each iteration evaluates the gradient and Hessian at its iterate, then steps or stops.
+    A fit that stops by a rule stops without stepping, so its last Hessian is the one at
+    the point returned. A fit whose last step within ``num_steps`` was accepted runs ONE
+    iteration more (``final``), which evaluates the gradient and Hessian there and takes
+    no step (:func:`_newton_step`'s ``budget``): the Laplace factor, decrement and
+    stopping rule are then those of the point returned, not of the iterate before it, at
+    the cost of one iteration for such fits only. ``n_steps`` counts iterations: steps
+    taken plus the last, which takes none. ``final=False`` (a phase whose Hessian is not
+    used, the Gauss-Newton steps of :func:`laplace`): no such iteration.
 
     The direction and decrement come from the block LDL^T of the Hessian
     (:func:`shearbatch.core.arrow.newton_direction`: exact Newton where H is positive
@@ -230,19 +247,20 @@ def _newton(
         blocks_fn = functools.partial(blocks_fn, obs=None)
 
     def cond(c):
-        return _newton_cond(c, num_steps)
+        return _newton_cond(c, num_steps, final)
 
     def body(c):
-        return _newton_step(c, fun, blocks_fn, layout, tol)
+        return _newton_step(c, fun, blocks_fn, layout, tol, budget=num_steps if final else None)
 
     init = _newton_init(x0, fun(x0), jax.eval_shape(blocks_fn, x0))
     c = jax.lax.while_loop(cond, body, init)
     return _newton_result(c)
 
 
-def _newton_cond(c, num_steps) -> jax.Array:
-    """Whether :func:`_newton`'s loop goes on from carry ``c`` (``num_steps``: its budget)."""
-    return (c[3] < num_steps) & ~c[4] & jnp.isfinite(c[1])
+def _newton_cond(c, num_steps, final: bool = False) -> jax.Array:
+    """Whether :func:`_newton`'s loop goes on from carry ``c`` (``num_steps``: its budget;
+    ``final``: one iteration past it after an accepted step, which takes no step)."""
+    return (c[3] < num_steps + int(final)) & ~c[4] & jnp.isfinite(c[1])
 
 
 def _newton_init(x0, f0, h_shape) -> tuple:
@@ -268,13 +286,19 @@ def _newton_result(c) -> tuple[OptResult, arrow.Arrow]:
     return OptResult(x, f, gn, n, converged & jnp.isfinite(f)), h
 
 
-def _newton_step(c, fun, blocks_fn, layout: arrow.Layout, tol: float, live=True) -> tuple:
+def _newton_step(
+    c, fun, blocks_fn, layout: arrow.Layout, tol: float, live=True, budget=None
+) -> tuple:
     """ONE iteration of :func:`_newton` from carry ``c``. ``live`` (a bool array): False
     for an empty lane of :func:`~.refill.refill_loop`, whose result is discarded: its
     backtracking loop then stops at once (so that it does not hold the vectorised inner
-    loop); a live lane's arithmetic is the same either way."""
+    loop); a live lane's arithmetic is the same either way. ``budget`` (the step budget;
+    None: no final iteration): an iteration at or past it only evaluates the gradient and
+    Hessian at its iterate and stops there (its backtracking loop stops at once)."""
     grad_fn = jax.grad(fun)
     x, f, _, i, _, (_, _, dec_min, n_stall) = c
+    if budget is not None:  # the final iteration: the Hessian at the point returned
+        live = (i < budget) & live
     g, h = grad_fn(x), blocks_fn(x)
     p, dec = arrow.newton_direction(h, g, layout)
     p, dec = p.astype(x.dtype), dec.astype(x.dtype)  # a float32 fit of a float64 model
@@ -303,6 +327,8 @@ def _newton_step(c, fun, blocks_fn, layout: arrow.Layout, tol: float, live=True)
     t = jnp.where(quad, 1.0, t)
     f_new = jnp.where(quad, f_full, f_new)
     ok = ((f_new <= f + 1e-4 * t * slope) | quad) & ~small & ~stalled
+    if budget is not None:
+        ok = ok & (i < budget)
     x_new = jnp.where(ok, x + t * p, x)
     f_new = jnp.where(ok, f_new, f)
     gn = jnp.linalg.norm(g)
@@ -449,10 +475,11 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
             gn_at = functools.partial(lambda x, o: gn(x, o), o=obs_gn)
             fun_gn = functools.partial(lambda x, o: objective(x, o), o=obs_gn)
             gn_opt, _ = _newton(x0.astype(obs_gn.dtype), fun_gn, num_steps=min(steps, GN_MAX_STEPS),
-                                tol=GN_SWITCH, blocks_fn=gn_at, layout=layout)  # fmt: skip
+                                tol=GN_SWITCH, blocks_fn=gn_at, layout=layout, final=False)  # fmt: skip
             start, n_gn = gn_opt.x.astype(x0.dtype), gn_opt.n_steps
-        # exact Newton to the tolerance (a step or two after Gauss-Newton), whose last
-        # Hessian is the Laplace approximation's
+        # exact Newton to the tolerance (a step or two after Gauss-Newton), whose Hessian
+        # at the point it returns is the Laplace approximation's (with no step left after
+        # Gauss-Newton, its final iteration alone evaluates it there)
         opt, h = _newton(start, fun, num_steps=steps - n_gn, tol=tol, blocks_fn=blocks_at,
                          layout=layout)  # fmt: skip
         opt = opt._replace(n_steps=opt.n_steps + n_gn, gn_steps=None if gn is None else n_gn)
@@ -493,7 +520,7 @@ _GIVEN: contextvars.ContextVar[_Given | None] = contextvars.ContextVar(
 @contextlib.contextmanager
 def given_fit(opt: OptResult, h: arrow.Arrow, objective):
     """While tracing inside this context, :func:`laplace` takes ``opt`` (the optimiser's
-    result for ONE realization) and ``h`` (the Hessian blocks of its last step) as its fit
+    result for ONE realization) and ``h`` (the Hessian blocks at its result) as its fit
     of ``objective`` instead of running the optimiser: how :func:`fit_batch` hands the
     refilled fits of :func:`laplace_batch` to the unchanged per-realization draws code
     (:func:`fit`, :func:`interim_fit`)."""
@@ -515,7 +542,7 @@ def laplace_batch(
     """The optimiser of :func:`laplace` for a BATCH of realizations (``obs``: leading axis
     B), on ``lanes`` lanes refilled from the batch (:func:`~.refill.refill_loop`): no lane
     waits for the batch's slowest fit. Returns ``(opt, h, executed)``: each realization's
-    :class:`OptResult` and last Hessian blocks (leading axis B), exactly as
+    :class:`OptResult` and Hessian blocks at it (leading axis B), exactly as
     :func:`laplace`'s loops give them for that realization alone, and the lane-steps the
     loops executed (lanes x iterations, both phases).
 
@@ -534,25 +561,30 @@ def laplace_batch(
     gn = _gauss_newton_blocks(model, objective, layout) if settings.optimizer == GN else None
     steps = settings.num_steps
 
-    def run(blocks_of, starts, budget, tol_, obs_):
-        def step(c, o, live):
+    def run(blocks_of, starts, budget, tol_, obs_, final):
+        # final: as _newton's (the exact phase's last Hessian is at the point returned)
+        def step(c, d, live):
+            o, b = d
             fun = functools.partial(lambda x, o_: objective(x, o_), o_=o)
             at = functools.partial(lambda x, o_: blocks_of(x, o_), o_=o)
-            return _newton_step(c, fun, at, layout, tol_, live)
+            return _newton_step(c, fun, at, layout, tol_, live, budget=b if final else None)
+
+        def cond(c, b):
+            return _newton_cond(c, b, final)
 
         f0 = jax.vmap(lambda x, o: objective(x, o))(starts, obs_)
         h_shape = jax.eval_shape(blocks_of, starts[0], obs_[0])
         init = jax.vmap(lambda x, f: _newton_init(x, f, h_shape))(starts, f0)
-        return refill_loop(step, _newton_cond, init, obs_, budget, lanes)
+        return refill_loop(step, cond, init, (obs_, budget), budget, lanes)
 
     starts, n_gn, executed = jnp.broadcast_to(x0, (n, *x0.shape)), jnp.zeros(n, int), 0
     trips = jnp.asarray(0)
     if gn is not None:  # Gauss-Newton steps until the predicted gain is small
         obs_gn = obs.astype(gn_precision(settings, x0.dtype))
         c, t = run(gn, starts.astype(obs_gn.dtype), jnp.full(n, min(steps, GN_MAX_STEPS)),
-                   GN_SWITCH, obs_gn)  # fmt: skip
+                   GN_SWITCH, obs_gn, final=False)  # fmt: skip
         starts, n_gn, trips = c[0].astype(x0.dtype), c[3], trips + t
-    c, t = run(blocks, starts, steps - n_gn, tol, obs)
+    c, t = run(blocks, starts, steps - n_gn, tol, obs, final=True)
     opt, h = _newton_result(c)
     executed = min(int(lanes), n) * (trips + t)
     opt = opt._replace(n_steps=opt.n_steps + n_gn, gn_steps=None if gn is None else n_gn)
