@@ -143,6 +143,7 @@ def ivw(comp: str, err: bool) -> Callable[[Callable[..., Any]], float]:
 HOST, HOST0 = BENCH + "host.json", BENCH + "host_before.json"
 L0, L2 = "configs.level0.stages.", "configs.level2.stages."
 CPU2D, WIDE, GPU2D = VAL + "level2_cpu_2d/", VAL + "level2_cpu_2d_wide/", VAL + "level2_field_gpu/"
+E3 = VAL + "level2_2d_3e4/"
 BM, VM, RM = "docs/benchmarks.md", "docs/validation.md", "README.md"
 
 
@@ -234,6 +235,26 @@ FIGURES: list[Fig] = [
           CPU2D + "bias_results.json",
           tuple(calc(ivw(c, e), e3(2, not e)) for c in ("m1", "m2", "c1", "c2")
                 for e in (False, True)), cite="level2_field_gpu/")],
+    # the 3e-4 campaign (level2_2d_3e4/: printed.txt and validation.json, written by run.sh
+    # and bench/campaign_record.py)
+    *[Fig(VM, f"| {c} | " + "{} | {} |", E3 + "printed.txt", stat(c, E3 + "printed.txt"),
+          cite="level2_2d_3e4/") for c in ("m1", "m2", "c1", "c2")],
+    Fig(VM, "Pooled: {} galaxies.", E3 + "printed.txt",
+        (txt(r"pooled per grid point: (\d+) galaxies"),), cite="level2_2d_3e4/"),
+    Fig(VM, "Coverage of the per-realization intervals: {} and {} (g1),\n{} and {} (g2)",
+        E3 + "printed.txt",
+        tuple(txt(rf"coverage {g} {p}%\s+(\S+)") for g in ("g1", "g2") for p in (68, 95)),
+        cite="level2_2d_3e4/"),
+    Fig(VM, "spanned {} s (median task {} s)", E3 + "validation.json",
+        (j("timing.array_tasks.span_s", ".1f"), j("timing.array_tasks.task_wall_s_median", ".1f")),
+        cite="level2_2d_3e4/"),
+    Fig(VM, "partials took {} s in all", E3 + "validation.json",
+        (j("timing.bias_extract_partials.wall_sum_s", ".1f"),), cite="level2_2d_3e4/"),
+    Fig(VM, "realizations from them {} s (peak RSS {} MiB), and `bias-stats` {} s (peak RSS\n{} MiB)",
+        E3 + "validation.json",
+        (j("timing.bias_extract.wall_s", ".2f"), j("timing.bias_extract.peak_rss_mib", ".1f"),
+         j("timing.bias_stats.wall_s", ".2f"), j("timing.bias_stats.peak_rss_mib", ".1f")),
+        cite="level2_2d_3e4/"),
     # the H100 campaign (level2_field_gpu/, written by bench/bench_field.py)
     *[Fig(VM, f"| {c} | " + "{} | {} |", GPU2D + "validation.json",
           (j(f"result.{c}", e3(2)), j(f"result.{c}_err", e3(2, False))), cite="level2_field_gpu/")
