@@ -260,6 +260,9 @@ FIGURES: list[Fig] = [
           (j(f"result.{c}", e3(2)), j(f"result.{c}_err", e3(2, False))), cite="level2_field_gpu/")
       for c in ("m1", "m2", "c1", "c2")],
     # README.md
+    Fig(RM, "m1 = {} +-\n{}, m2 = {} +- {} (both PASS |m| < 1e-3 at sigma_m below 3e-4), c1 =\n{} +- {}, "
+        "c2 = {} +- {};", E3 + "bias_results.json",
+        tuple(j(c + e, e3(2, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")), cite="level2_2d_3e4/"),
     Fig(RM, "127,872 galaxies: m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {};",
         CPU2D + "bias_results.json",
         tuple(j(c + e, e3(1, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
