@@ -78,6 +78,7 @@ SUBDIR = "exported"
 FORMAT = 1
 _MAGIC = b"shearbatch-exported\n"
 #: JAX flags read while tracing: a program traced under other values is another program
+#: (read here, to key the stored programs; set only by shearbatch.runtime.set_flags)
 _FLAGS = (
     "jax_enable_x64",
     "jax_default_matmul_precision",

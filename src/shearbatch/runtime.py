@@ -101,20 +101,31 @@ def reset_cache_events() -> None:
     CACHE_EVENTS.update(hits=0, misses=0)
 
 
+def set_flags(values: dict[str, Any]) -> None:
+    """The one place that sets JAX flags (``jax.config.update``): those of ``values`` whose
+    current value differs. Called by :func:`configure`, :func:`cpu_only_worker` and
+    :func:`scoped` (the entry points' set-up and its undoing), never at import."""
+    import jax
+
+    for key, value in values.items():
+        if getattr(jax.config, key, None) != value:
+            jax.config.update(key, value)
+
+
 def configure(x64: bool, cache_dir: str | None = None) -> str:
     """Set x64 and the compilation cache (``off`` / ``none`` / ``0`` / empty disables it);
     returns the cache directory in use (or ``"off"``). Safe to call repeatedly."""
     import jax
     from jax import monitoring
 
-    jax.config.update("jax_enable_x64", bool(x64))
+    set_flags({"jax_enable_x64": bool(x64)})
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     if cache.lower() in ("", "0", "off", "none"):
         cache = "off"
     elif jax.config.jax_compilation_cache_dir != cache:
-        jax.config.update("jax_compilation_cache_dir", cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        set_flags({"jax_compilation_cache_dir": cache,
+                   "jax_persistent_cache_min_compile_time_secs": 0.0,
+                   "jax_persistent_cache_min_entry_size_bytes": 0})  # fmt: skip
     from . import exported
 
     # the traced programs beside the compiled ones (shearbatch.exported): a later process
@@ -143,8 +154,8 @@ def cpu_only_worker() -> None:
     import sys
 
     os.environ.update(WORKER_ENV)
-    if (jax := sys.modules.get("jax")) is not None:
-        jax.config.update("jax_platforms", WORKER_ENV["JAX_PLATFORMS"])
+    if sys.modules.get("jax") is not None:
+        set_flags({"jax_platforms": WORKER_ENV["JAX_PLATFORMS"]})
 
 
 @contextlib.contextmanager
@@ -177,7 +188,5 @@ def scoped() -> Iterator[None]:
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if getattr(jax.config, k) != v:
-                jax.config.update(k, v)
+        set_flags(saved)
         exported.use(store)
