@@ -54,8 +54,12 @@ __all__ = [
     "PriorSpec",
     "assemble_fits",
     "from_arrays",
+    "grid_point_report",
+    "khat_counts",
     "load_population",
     "pooled_fits",
+    "seed_replicates",
+    "seed_sums",
     "start_points",
 ]
 
@@ -154,49 +158,78 @@ def pooled_fits(
     prior = population.get("prior") or pnp.ShapePrior(*population["priors"])
     est, jk, rep = {}, {s: {} for s in uniq}, []
     g_scale = max(float(np.max(np.abs(points))), 1e-300)  # the grid's largest |g_true|
-    # per-galaxy Pareto k-hat above its threshold, as bias-extract counted it per realization
-    n_khat = None
-    if "pop_n_khat_high" in rows:
-        khat_rows = rows.loc[~rows.index.duplicated()]
-        n_khat = (
-            khat_rows[["g1_true", "g2_true"]].to_numpy(float).round(12),
-            pd.to_numeric(khat_rows["pop_n_khat_high"], errors="coerce").to_numpy(float),
-        )
+    n_khat = khat_counts(rows.loc[~rows.index.duplicated()])
+    seed_ix = {s: i for i, s in enumerate(uniq)}
+    seed_of = np.array([seed_ix[s] for s in seeds], np.int64)
     starts = start_points(rows.loc[~rows.index.duplicated()], points)
     for p in points:
         sel = np.all(truth == p, axis=1)
         f = pnp.fit(eps, base, prior, index=rows_of[sel], threads=threads, g0=starts[p])
         est[p] = f.g
         k = np.maximum(f.n_draws, 1)
-        num = np.asarray(f.g_num_err, float)
-        num_m = float(np.max(num)) / g_scale
-        flagged = not f.converged or not num_m <= NUM_ERR_M_MAX
-        if flagged:
-            logger.warning("pooled fit at g_true %s: %s, numerical error %.2g in g (%.2g in "
-                           "m units)", p, f.status, float(np.max(num)), num_m)  # fmt: skip
-        rep.append({"g1_true": p[0], "g2_true": p[1], "g1": float(f.g[0]), "g2": float(f.g[1]),
-                    "g1_err": float(f.err[0]), "g2_err": float(f.err[1]),
-                    "g1_num_err": float(num[0]), "g2_num_err": float(num[1]),
-                    "num_err_m": num_m, "decrement": float(f.decrement),
-                    "last_step": float(f.last_step), "n_steps": f.n_steps,
-                    "status": f.status, "converged": f.converged, "flagged": flagged,
-                    "n_galaxies": f.n_galaxies,
-                    "ess_fraction_min": float(np.min(f.ess / k)),
-                    "n_collapsed": int(f.collapsed.sum()),
-                    "n_khat_high": None if n_khat is None else int(np.nansum(
-                        n_khat[1][np.all(n_khat[0] == p, axis=1)]))})  # fmt: skip
+        rep.append(grid_point_report(p, f.g, f.err, f.status, f.g_num_err, f.decrement,
+                                     f.last_step, f.n_steps, f.n_galaxies,
+                                     float(np.min(f.ess / k)), int(f.collapsed.sum()),
+                                     n_khat, g_scale))  # fmt: skip
         grad, hess = f.galaxy_grad, f.galaxy_hess  # per galaxy, at the estimate
         ok = np.all(np.isfinite(grad), axis=1)  # galaxies without support: not in the fit
-        grad, hess = grad[ok], hess[ok]
-        h_tot, s_sel = hess.sum(axis=0), seeds[sel][ok]
-        for s in uniq:
-            mine = s_sel == s
-            h_rest = h_tot - hess[mine].sum(axis=0)
-            jk[s][p] = f.g + np.linalg.solve(h_rest, grad[mine].sum(axis=0))
+        sg, sh = seed_sums(seed_of[sel][ok], grad[ok], hess[ok], len(uniq))
+        for s, g in zip(uniq, seed_replicates(f.g, sg, sh), strict=True):
+            jk[s][p] = g
     fits = assemble_fits(points, est, jk, uniq, paired, int(keep.sum()))
     return fits, {"grid_points": rep, "paired": paired, "n_galaxies": int(keep.sum()),
                   "n_seeds": len(uniq), "num_err_m_max": NUM_ERR_M_MAX,
                   "n_flagged": sum(r["flagged"] for r in rep)}  # fmt: skip
+
+
+def khat_counts(rows: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per realization row (one per run_id): its true shear and ``pop_n_khat_high`` (the
+    galaxies whose Pareto k-hat bias-extract found above its threshold); None without it."""
+    if "pop_n_khat_high" not in rows:
+        return None
+    return (rows[["g1_true", "g2_true"]].to_numpy(float).round(12),
+            pd.to_numeric(rows["pop_n_khat_high"], errors="coerce").to_numpy(float))  # fmt: skip
+
+
+def grid_point_report(p: tuple, g: Any, err: Any, status: str, num: Any, dec: float,
+                      last: float, steps: int, n_galaxies: int, ess_min: float,
+                      n_collapsed: int, n_khat: Any, g_scale: float) -> dict[str, Any]:  # fmt: skip
+    """One grid point's entry of the pooled report (the in-memory and the streamed fit):
+    its estimate and errors, the fit's status and numerical error, ``flagged`` (logged)
+    when not converged or above :data:`NUM_ERR_M_MAX` in m units (over ``g_scale``)."""
+    num = np.asarray(num, float)
+    num_m = float(np.max(num)) / g_scale
+    converged = status == "converged"
+    flagged = not converged or not num_m <= NUM_ERR_M_MAX
+    if flagged:
+        logger.warning("pooled fit at g_true %s: %s, numerical error %.2g in g (%.2g in "
+                       "m units)", p, status, float(np.max(num)), num_m)  # fmt: skip
+    return {"g1_true": p[0], "g2_true": p[1], "g1": float(g[0]), "g2": float(g[1]),
+            "g1_err": float(err[0]), "g2_err": float(err[1]),
+            "g1_num_err": float(num[0]), "g2_num_err": float(num[1]),
+            "num_err_m": num_m, "decrement": float(dec), "last_step": float(last),
+            "n_steps": steps, "status": status, "converged": converged, "flagged": flagged,
+            "n_galaxies": int(n_galaxies), "ess_fraction_min": float(ess_min),
+            "n_collapsed": int(n_collapsed),
+            "n_khat_high": None if n_khat is None else int(np.nansum(
+                n_khat[1][np.all(n_khat[0] == p, axis=1)]))}  # fmt: skip
+
+
+def seed_sums(seed: np.ndarray, grad: np.ndarray, hess: np.ndarray,
+              n_seeds: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per seed (index ``seed`` of each galaxy), the sums of its galaxies' gradients (S, 2)
+    and Hessians (S, 2, 2) of ``log L_i``: what the delete-one-seed jackknife needs."""
+    sg = np.stack([np.bincount(seed, grad[:, c], n_seeds) for c in range(2)], axis=1)
+    h = hess.reshape(-1, 4)
+    sh = np.stack([np.bincount(seed, h[:, c], n_seeds) for c in range(4)], axis=1)
+    return sg, sh.reshape(n_seeds, 2, 2)
+
+
+def seed_replicates(g: np.ndarray, seed_g: np.ndarray, seed_h: np.ndarray) -> list[np.ndarray]:
+    """Each seed's delete-one replicate of the estimate ``g``: one Newton step from ``g``
+    without that seed's galaxies (the full gradient vanishes at ``g``)."""
+    h_tot = seed_h.sum(axis=0)
+    return [g + np.linalg.solve(h_tot - seed_h[j], seed_g[j]) for j in range(len(seed_g))]
 
 
 def assemble_fits(points: list, est: dict, jk: dict, uniq: list, paired: bool,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,8 @@ import pandas as pd
 from ..core import population_np as pnp
 from ..core.population_np import PriorSpec
 from ..io import partials as pio
-from .pooled import NUM_ERR_M_MAX, assemble_fits, start_points
+from . import pooled
+from .pooled import NUM_ERR_M_MAX
 from .stats import pair_table
 
 __all__ = ["PartialSource", "streamed_fits"]
@@ -112,73 +112,6 @@ class PartialSource:
                                                                         else "[]")}  # fmt: skip
 
 
-class _Point:
-    """One grid point's damped Newton (population_np.fit's loop, one trial at a time)."""
-
-    def __init__(self, g0: Sequence[float], max_steps: int, tol: float):
-        self.g = np.asarray(g0, np.float64)
-        self.max_steps, self.tol = max_steps, tol
-        self.steps, self.stopped, self.last = 0, "max_steps", 0.0
-        self.done = False
-        self.trial: np.ndarray | None = self.g.copy()  # the first pass evaluates g0
-        self.ll = self.gr = self.h = None
-        self.acc: dict[str, Any] = {}  # the accepted point's sums (jackknife, ESS)
-        self.step = None
-        self.t = 1.0
-
-    def _new_step(self) -> None:
-        if self.steps >= self.max_steps:
-            self.done, self.trial = True, None
-            return
-        self.steps += 1
-        h, gr = self.h, self.gr
-        try:
-            neg_def = bool(np.all(np.linalg.eigvalsh(h) < 0))
-        except np.linalg.LinAlgError:
-            neg_def = False
-        if neg_def:
-            self.step = -np.linalg.solve(h, gr)
-            if float(np.linalg.norm(self.step)) < self.tol:  # at the maximum already
-                self.stopped, self.done, self.trial = "small_step", True, None
-                return
-        else:  # far from the maximum: a gradient step of at most 0.05 in g
-            self.step = gr * min(1.0, 0.05 / max(float(np.linalg.norm(gr)), 1e-300))
-        self.t = 1.0
-        self._next_trial()
-
-    def _next_trial(self) -> None:
-        while True:
-            trial = self.g + self.t * self.step
-            if float(np.sum(trial * trial)) < 1.0:
-                self.trial = trial
-                return
-            self.t *= 0.5
-            if self.t < 1e-12:
-                self.stopped, self.done, self.trial = "line_search", True, None
-                return
-
-    def observe(self, val: float, gr: np.ndarray, h: np.ndarray, acc: dict[str, Any]) -> None:
-        """The totals at :attr:`trial`; sets the next trial (None when done)."""
-        if self.ll is None:  # the start
-            self.ll, self.gr, self.h, self.acc = val, gr, h, acc
-            self._new_step()
-            return
-        if math.isfinite(val) and val >= self.ll - 1e-12 * abs(self.ll):
-            moved = self.t * float(np.linalg.norm(self.step))
-            self.g, self.ll, self.gr, self.h, self.acc = self.trial, val, gr, h, acc
-            self.last = moved
-            if moved < self.tol:
-                self.stopped, self.done, self.trial = "small_step", True, None
-                return
-            self._new_step()
-            return
-        self.t *= 0.5
-        if self.t < 1e-12:  # no point at least as likely along the step: g stays
-            self.stopped, self.done, self.trial = "line_search", True, None
-            return
-        self._next_trial()
-
-
 def streamed_fits(
     use: Any,
     source: PartialSource,
@@ -240,8 +173,9 @@ def streamed_fits(
         real_point.append(rp)
         real_seed.append(rs)
     support = [None] * len(maps)  # per partial: (G,) bool, galaxies with support at g0
-    starts = start_points(rows, points)
-    fits = [_Point(starts[p], max_steps, tol) for p in points]
+    starts = pooled.start_points(rows, points)
+    fits = [pnp.NewtonSearch(starts[p], max_steps, tol, skip_small_newton=True)
+            for p in points]  # fmt: skip
     passes = 0
     while any(f.trial is not None for f in fits):
         passes += 1
@@ -253,44 +187,35 @@ def streamed_fits(
     logger.info("streamed pooled fit: %d grid points, %d passes over %d partial(s)", n_pts,
                 passes, len(maps))  # fmt: skip
     g_scale = max(float(np.max(np.abs(points))), 1e-300)
-    n_khat = None
-    if "pop_n_khat_high" in rows:
-        n_khat = (truth_of, pd.to_numeric(rows["pop_n_khat_high"], errors="coerce").to_numpy(float))
+    n_khat = pooled.khat_counts(rows)
     est, jk, rep = {}, {s: {} for s in uniq}, []
     n_used = 0
     for p, f in zip(points, fits, strict=True):
         status, num, dec = pnp.fit_status(f.stopped, f.gr, f.h)
-        try:
-            cov = np.linalg.inv(-f.h)
-            if not np.all(np.linalg.eigvalsh(-f.h) > 0):
-                cov = np.full((2, 2), np.nan)
-        except np.linalg.LinAlgError:
-            cov = np.full((2, 2), np.nan)
-        err = np.sqrt(np.diag(cov))
-        converged = status == "converged"
         est[p] = f.g
-        num_m = float(np.max(num)) / g_scale
-        flagged = not converged or not num_m <= NUM_ERR_M_MAX
-        if flagged:
-            logger.warning("pooled fit at g_true %s: %s, numerical error %.2g in g (%.2g in "
-                           "m units)", p, status, float(np.max(num)), num_m)  # fmt: skip
         a = f.acc
-        n_gal = int(a["n_support"])
         n_used += int(a["n_galaxies"])
-        rep.append({"g1_true": p[0], "g2_true": p[1], "g1": float(f.g[0]), "g2": float(f.g[1]),
-                    "g1_err": float(err[0]), "g2_err": float(err[1]),
-                    "g1_num_err": float(num[0]), "g2_num_err": float(num[1]),
-                    "num_err_m": num_m, "decrement": float(dec),
-                    "last_step": float(f.last), "n_steps": f.steps,
-                    "status": status, "converged": converged, "flagged": flagged,
-                    "n_galaxies": n_gal, "ess_fraction_min": float(a["ess_min"]),
-                    "n_collapsed": int(a["n_collapsed"]),
-                    "n_khat_high": None if n_khat is None else int(np.nansum(
-                        n_khat[1][np.all(n_khat[0] == p, axis=1)]))})  # fmt: skip
-        h_tot = a["seed_h"].sum(axis=0)
-        for s, j in seed_ix.items():
-            jk[s][p] = f.g + np.linalg.solve(h_tot - a["seed_h"][j], a["seed_g"][j])
-    out = assemble_fits(points, est, jk, uniq, paired, n_used)
+        rep.append(
+            pooled.grid_point_report(
+                p,
+                f.g,
+                np.sqrt(np.diag(pnp.curvature_cov(f.h))),
+                status,
+                num,
+                dec,
+                f.last,
+                f.steps,
+                a["n_support"],
+                a["ess_min"],
+                a["n_collapsed"],
+                n_khat,
+                g_scale,
+            )
+        )
+        for s, g in zip(uniq, pooled.seed_replicates(f.g, a["seed_g"], a["seed_h"]),
+                        strict=True):  # fmt: skip
+            jk[s][p] = g
+    out = pooled.assemble_fits(points, est, jk, uniq, paired, n_used)
     return out, {"grid_points": rep, "paired": paired, "n_galaxies": n_used,
                  "n_seeds": n_seeds, "num_err_m_max": NUM_ERR_M_MAX,
                  "n_flagged": sum(r["flagged"] for r in rep), "streamed": True,
@@ -332,12 +257,9 @@ def _pass(maps, real_point, real_seed, support, trials, prior, n_seeds, threads,
                 o["gr"] += ev.grad[w].sum(axis=0)
                 o["h"] += ev.hess[w].sum(axis=0)
                 fin = np.all(np.isfinite(ev.grad), axis=1)
-                sg = gs[idx][fin]
-                gr_f, h_f = ev.grad[fin], ev.hess[fin].reshape(-1, 4)
-                for c in range(2):
-                    o["seed_g"][:, c] += np.bincount(sg, gr_f[:, c], n_seeds)
-                o["seed_h"] += np.stack([np.bincount(sg, h_f[:, c], n_seeds) for c in range(4)],
-                                        axis=1).reshape(n_seeds, 2, 2)  # fmt: skip
+                sg, sh = pooled.seed_sums(gs[idx][fin], ev.grad[fin], ev.hess[fin], n_seeds)
+                o["seed_g"] += sg
+                o["seed_h"] += sh
                 k = np.maximum(ev.n_draws, 1)
                 frac = ev.ess / k
                 o["ess_min"] = min(o["ess_min"], float(np.min(frac)))

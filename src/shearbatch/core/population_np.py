@@ -724,6 +724,92 @@ def fit_status(stopped: str, grad: Any, hess: Any) -> tuple[str, np.ndarray, flo
     return status, num, dec
 
 
+def curvature_cov(h: Any) -> np.ndarray:
+    """``(-H)^-1`` of a 2x2 Hessian of ``log L``; NaN unless ``-H`` is positive definite."""
+    try:
+        cov = np.linalg.inv(-h)
+        if not np.all(np.linalg.eigvalsh(-h) > 0):
+            cov = np.full((2, 2), np.nan)
+    except np.linalg.LinAlgError:
+        cov = np.full((2, 2), np.nan)
+    return cov
+
+
+class NewtonSearch:
+    """The damped Newton of :func:`fit`, one trial point at a time, for a caller that
+    evaluates the trials itself (:func:`fit` on arrays in memory; the streamed pooled fit,
+    :mod:`shearbatch.analysis.streamed`, many grid points per pass over the partials).
+
+    :meth:`observe` the totals ``(log L, gradient, Hessian)`` at the start, then at each
+    :attr:`trial` until it is None. The step is Newton's when ``H`` is negative definite,
+    else a gradient step of at most 0.05; it is halved until ``log L`` does not decrease and
+    ``|g| < 1``; the search stops on a step below ``tol`` (``"small_step"``), when the
+    halving finds no such point (``"line_search"``) or after ``max_steps``. With
+    ``skip_small_newton``, a Newton step below ``tol`` also stops it before its trial is
+    evaluated (it would move g by less than ``tol``; a pass over a campaign saved).
+    ``acc`` keeps what the caller passed with the accepted point's totals."""
+
+    def __init__(self, g0: Any, max_steps: int, tol: float, skip_small_newton: bool = False):
+        self.g = np.asarray(g0, np.float64)
+        self.max_steps, self.tol, self.skip = max_steps, tol, skip_small_newton
+        self.steps, self.stopped, self.last = 0, "max_steps", 0.0
+        self.trial: np.ndarray | None = self.g  # the start is evaluated first
+        self.ll: float | None = None
+        self.gr = self.h = self.acc = self.step = None
+        self.t = 1.0
+
+    def _new_step(self) -> None:
+        if self.steps >= self.max_steps:
+            self.trial = None
+            return
+        self.steps += 1
+        try:
+            neg_def = bool(np.all(np.linalg.eigvalsh(self.h) < 0))
+        except np.linalg.LinAlgError:
+            neg_def = False
+        if neg_def:
+            self.step = -np.linalg.solve(self.h, self.gr)
+            if self.skip and float(np.linalg.norm(self.step)) < self.tol:
+                self.stopped, self.trial = "small_step", None
+                return
+        else:  # far from the maximum: a gradient step of at most 0.05 in g
+            self.step = self.gr * min(1.0, 0.05 / max(float(np.linalg.norm(self.gr)), 1e-300))
+        self.t = 1.0
+        self._next_trial()
+
+    def _next_trial(self) -> None:
+        while True:
+            trial = self.g + self.t * self.step
+            if float(np.sum(trial * trial)) < 1.0:
+                self.trial = trial
+                return
+            self.t *= 0.5
+            if self.t < 1e-12:
+                self.stopped, self.trial = "line_search", None
+                return
+
+    def observe(self, val: float, gr: Any, h: Any, acc: Any = None) -> None:
+        """The totals at :attr:`trial` (and what to keep with them); sets the next trial."""
+        if self.ll is None:  # the start
+            self.ll, self.gr, self.h, self.acc = val, gr, h, acc
+            self._new_step()
+            return
+        if math.isfinite(val) and val >= self.ll - 1e-12 * abs(self.ll):
+            moved = self.t * float(np.linalg.norm(self.step))
+            self.g, self.ll, self.gr, self.h, self.acc = self.trial, val, gr, h, acc
+            self.last = moved
+            if moved < self.tol:
+                self.stopped, self.trial = "small_step", None
+                return
+            self._new_step()
+            return
+        self.t *= 0.5
+        if self.t < 1e-12:  # no point at least as likely along the step: g stays
+            self.stopped, self.trial = "line_search", None
+            return
+        self._next_trial()
+
+
 def fit(
     eps: np.ndarray,
     log_base: np.ndarray,
@@ -761,44 +847,16 @@ def fit(
                     int(np.sum(~ok & (w > 0))))  # fmt: skip
     w = np.where(ok, w, 0.0)
     ll, gr, h = _totals(ev, w)
-    steps, stopped, last = 0, "max_steps", 0.0
-    while steps < max_steps:
-        steps += 1
-        try:
-            neg_def = bool(np.all(np.linalg.eigvalsh(h) < 0))
-        except np.linalg.LinAlgError:
-            neg_def = False
-        if neg_def:
-            step = -np.linalg.solve(h, gr)
-        else:  # far from the maximum: a gradient step of at most 0.05 in g
-            step = gr * min(1.0, 0.05 / max(float(np.linalg.norm(gr)), 1e-300))
-        t = 1.0
-        while True:
-            trial = g + t * step
-            if float(np.sum(trial * trial)) < 1.0:
-                ev_t = full(trial)
-                val, gr_t, h_t = _totals(ev_t, w)
-                if math.isfinite(val) and val >= ll - 1e-12 * abs(ll):
-                    break
-            t *= 0.5
-            if t < 1e-12:
-                break
-        if t < 1e-12:  # no point at least as likely along the step: g stays
-            stopped = "line_search"
-            break
-        moved = t * float(np.linalg.norm(step))
-        g, ev, ll, gr, h = trial, ev_t, val, gr_t, h_t
-        last = moved
-        if moved < tol:
-            stopped = "small_step"
-            break
+    search = NewtonSearch(g, max_steps, tol)
+    search.observe(ll, gr, h, ev)
+    while search.trial is not None:
+        ev_t = full(search.trial)
+        val, gr_t, h_t = _totals(ev_t, w)
+        search.observe(val, gr_t, h_t, ev_t)
+    g, ev, ll, gr, h = search.g, search.acc, search.ll, search.gr, search.h
+    steps, stopped, last = search.steps, search.stopped, search.last
     status, num, dec = fit_status(stopped, gr, h)
-    try:
-        cov = np.linalg.inv(-h)
-        if not np.all(np.linalg.eigvalsh(-h) > 0):
-            cov = np.full((2, 2), np.nan)
-    except np.linalg.LinAlgError:
-        cov = np.full((2, 2), np.nan)
+    cov = curvature_cov(h)
     return PopulationFit(g, cov, float(ll), steps, status == "converged", ev.ess, ev.n_draws,
                          ev.ess < COLLAPSE_FRAC * ev.n_draws, int(np.sum(w > 0)), ev.grad,
                          ev.hess, status, num, dec, float(last))  # fmt: skip
