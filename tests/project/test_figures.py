@@ -259,7 +259,20 @@ FIGURES: list[Fig] = [
     *[Fig(VM, f"| {c} | " + "{} | {} |", GPU2D + "validation.json",
           (j(f"result.{c}", e3(2)), j(f"result.{c}_err", e3(2, False))), cite="level2_field_gpu/")
       for c in ("m1", "m2", "c1", "c2")],
+    # stages 2 and 3 at field scale (stages_scale.json)
+    *[Fig(BM, f"| {n} | " + "{} | {} | {} | {} |", BENCH + "stages_scale.json",
+          (j(f"measured.stats_median.{n}.galaxies", ","), j(f"measured.stats_median.{n}.wall_s", ".1f"),
+           j(f"measured.stats_median.{n}.peak_rss_mib", ".0f"),
+           j(f"measured.stats_median.{n}.galaxies_per_s", ",.0f")))
+      for n in ("small", "campaign", "large")],
+    Fig(BM, "{} s for {} realizations, peak RSS {} MiB", BENCH + "stages_scale.json",
+        (j("measured.reduction_median.wall_s", ".2f"), j("measured.reduction_median.realizations", ","),
+         j("measured.reduction_median.peak_rss_mib", ".0f"))),
     # README.md
+    Fig(RM, "partials in\n{} s and `bias-stats`' streamed pooled fit in {} s (peak RSS {} MiB)",
+        E3 + "validation.json",
+        (j("timing.bias_extract.wall_s", ".2f"), j("timing.bias_stats.wall_s", ".2f"),
+         j("timing.bias_stats.peak_rss_mib", ".1f")), cite="level2_2d_3e4/"),
     Fig(RM, "m1 = {} +-\n{}, m2 = {} +- {} (both PASS |m| < 1e-3 at sigma_m below 3e-4), c1 =\n{} +- {}, "
         "c2 = {} +- {};", E3 + "bias_results.json",
         tuple(j(c + e, e3(2, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")), cite="level2_2d_3e4/"),

@@ -5,7 +5,7 @@
 # 3,000-seed campaign of level2_cpu_2d_wide/ gave 4.95e-4, so ~8,200 seeds are needed;
 # 9,000 leave a margin), on the 2-core CPU, no GPU.
 # Stage 1: TASKS array tasks of bias-run, PAR at a time (one: XLA spreads one process over
-# both cores; two processes ran 215 galaxies/s together against one's 386), then one task
+# both cores; two processes ran slower together than one alone, seen by hand), then one task
 # over the whole plan (runs only what an interrupted task left: resume). Every image is
 # written by ONE commit: SRC is a clean checkout (git worktree) of it, run with
 # PYTHONPATH=$SRC/src; its commit is stamped in $ROOT/source_commit and a rerun from

@@ -80,6 +80,7 @@ __all__ = [
     "find_realization_dirs",
     "load_thresholds",
     "map_cpu_only",
+    "plan_chunks",
     "population_arrays",
     "posterior_attrs",
     "read_realization",
@@ -414,6 +415,18 @@ def map_cpu_only(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -
             yield f.result()
 
 
+def plan_chunks(
+    dirs: Sequence[Path], workers: int, chunk: int = 64
+) -> tuple[list[list[str]], bool]:
+    """``(chunks, parallel)``: ``dirs`` cut into chunks of at most ``chunk`` directories, and
+    whether ``workers`` processes read them (more than one, and more than two chunks' worth
+    of directories); in parallel a few chunks per process, so they finish together."""
+    parallel = workers > 1 and len(dirs) > 2 * chunk
+    if parallel:
+        chunk = max(1, min(chunk, -(-len(dirs) // (4 * workers))))
+    return [[str(p) for p in dirs[i : i + chunk]] for i in range(0, len(dirs), chunk)], parallel
+
+
 def extract_campaign(
     root: str | Path,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
@@ -437,10 +450,7 @@ def extract_campaign(
     root = Path(root)
     dirs = find_realization_dirs(root)
     workers = workers or allocated_cpus()
-    parallel = workers > 1 and len(dirs) > 2 * chunk
-    if parallel:  # a few chunks per process: they finish together
-        chunk = max(1, min(chunk, -(-len(dirs) // (4 * workers))))
-    chunks = [[str(p) for p in dirs[i : i + chunk]] for i in range(0, len(dirs), chunk)]
+    chunks, parallel = plan_chunks(dirs, workers, chunk)
     logger.info("found %d realization directories under %s", len(dirs), root)
     bar = None
     if progress:

@@ -66,12 +66,9 @@ def _read(dirs: Sequence[Path], root: Path, thresholds: Any, workers: int,
           on_progress: Callable[[int], None] | None = None, chunk: int = 64):  # fmt: skip
     """``(row, key)`` of each directory in order (``path`` relative to ``root``), read by
     ``workers`` CPU-only processes."""
-    from .extract import map_cpu_only
+    from .extract import map_cpu_only, plan_chunks
 
-    parallel = workers > 1 and len(dirs) > 2 * chunk
-    if parallel:
-        chunk = max(1, min(chunk, -(-len(dirs) // (4 * workers))))
-    chunks = [[str(p) for p in dirs[i : i + chunk]] for i in range(0, len(dirs), chunk)]
+    chunks, parallel = plan_chunks(dirs, workers, chunk)
     it = (map_cpu_only(_read_keyed, [(c, thresholds) for c in chunks], workers) if parallel
           else (_read_keyed((c, thresholds)) for c in chunks))  # fmt: skip
     at = 0

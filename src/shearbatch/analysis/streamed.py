@@ -81,8 +81,9 @@ class PartialSource:
         ``eps``, ``log_base``, ``population``), in index order: for small campaigns and
         inspection; the pooled fit streams instead."""
         run_id, galaxy, eps, base, pops = [], [], [], [], set()
-        k = max((p.n_draws for p, _ in self.open()), default=1)
-        for part, use in self.open():
+        parts = self.open()
+        k = max((p.n_draws for p, _ in parts), default=1)
+        for part, use in parts:
             if part.population:
                 pops.add(part.population)
             keep = np.isin(part.realization_of, use)

@@ -14,7 +14,7 @@ by xarray, h5py, netCDF tools and every language the field uses; its variables a
 along the galaxy axis (a block is read without the rest) and each chunk carries HDF5's
 Fletcher-32 checksum, verified on every read. Zarr would add a dependency and a directory
 of many small files per partial (a burden on the parallel file systems array jobs write
-to); Arrow/Parquet a dependency (pyarrow, ~100 MB) and no native N-D arrays (the draws are
+to); Arrow/Parquet a large dependency (pyarrow) and no native N-D arrays (the draws are
 (G, K, 2)). An ``.npz`` is neither chunked nor checked.
 
 **Self-checking.** Beside each partial, ``<name>.nc.sum.json`` records its size and CRC-32
