@@ -25,6 +25,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .io.layout import MANIFEST
+
 __all__ = [
     "STATS_VERDICTS",
     "ArrayError",
@@ -203,11 +205,14 @@ def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str 
     if extract_root is not None:  # stage 2 by the array: this task's partial, when it ends
         ext = ["bias-extract", "--input-dir", extract_root, "--array-indices", spec,
                "--no-progress"]  # fmt: skip
+        plan = shlex.quote(f"{extract_root}/{MANIFEST}")
+        cmd = " ".join(shlex.quote(a) for a in ext) + ' --workers "${SLURM_CPUS_PER_TASK:-1}"'
         lines += ["# when bias-run ends (whatever its exit status, which stays the task's): this "
                   "task's share of", "# stage 2, its realizations' rows and draws as one partial "
-                  "(bias-extract then reads only what no partial holds)",
-                  "trap " + shlex.quote(" ".join(shlex.quote(a) for a in ext) +
-                                        ' --workers "${SLURM_CPUS_PER_TASK:-1}"') + " EXIT"]  # fmt: skip
+                  "(bias-extract then reads only what no partial holds);",
+                  "# only once the campaign has a plan (a --dry-run, or a run refused before it "
+                  "wrote one, leaves nothing to extract)",
+                  "trap " + shlex.quote(f"if [ -f {plan} ]; then {cmd}; fi") + " EXIT"]  # fmt: skip
     lines.append("bias-run " + " ".join(shlex.quote(a) for a in args))
     return "\n".join(lines) + "\n"
 
