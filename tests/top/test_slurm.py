@@ -432,7 +432,7 @@ def test_each_array_task_writes_its_partial_of_its_own_slice(tmp_path):
     guard = shlex.split(words[1].replace(";", " ; "))
     assert guard[:3] == ["if", "[", "-f"] and guard[-1] == "fi"
     assert Path(guard[3]) == tmp_path / "out" / "campaign.json"  # only once there is a plan
-    cmd = guard[guard.index("then") + 1:guard.index(";", guard.index("then"))]
+    cmd = guard[guard.index("then") + 1 : guard.index(";", guard.index("then"))]
     assert cmd[0] == "bias-extract" and cmd[cmd.index("--array-indices") + 1] == "10-13"
     out = Path(cmd[cmd.index("--input-dir") + 1])
     assert out == tmp_path / "out"
