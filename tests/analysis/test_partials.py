@@ -108,6 +108,10 @@ def test_array_task_partials_cover_the_campaign_and_the_reduction_reads_none(cam
         path, n = ap.extract_slice(root, t, 3, extract.DEFAULT_THRESHOLDS)
         assert path.name == f"task-{t:05d}-of-00003.nc" and n > 0
         assert pio.verify(path) is None
+        kept, lean = pio.Partial(path), pio.Partial(path, keep_rows=False)
+        # the streamed fit's lean partial: the run ids in memory, the rows read on demand
+        assert lean.run_ids == [r["run_id"] for r in kept.rows] and lean._rows is None
+        assert extract.summary_text(lean.rows) == extract.summary_text(kept.rows)
     fits, rows, index = _fits_streamed(root, tmp_path)
     assert index["counts"]["from_partials"] == SEEDS * len(GRID)
     assert index["counts"]["read"] == 0

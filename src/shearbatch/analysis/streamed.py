@@ -72,7 +72,7 @@ class PartialSource:
             if got != (size, crc):
                 raise ValueError(f"partial {path} is not the one bias-extract indexed (size or "
                                  "CRC-32 changed, or missing): run bias-extract again")  # fmt: skip
-            out.append((pio.Partial(path), use))
+            out.append((pio.Partial(path, keep_rows=False), use))
         return out
 
     def arrays(self) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class PartialSource:
                     b = np.concatenate([b, np.full((len(b), pad), np.nan, np.float32)], 1)
                 eps.append(e)
                 base.append(b)
-                run_id += [str(part.rows[i]["run_id"]) for i in ro[sel]]
+                run_id += [part.run_ids[i] for i in ro[sel]]
                 gi = np.zeros(len(ro), np.int64)  # index within its realization
                 for i in np.unique(ro):
                     at = np.flatnonzero(ro == i)
@@ -143,10 +143,10 @@ def streamed_fits(
     # per partial: each realization's grid point and seed (-1: not used)
     maps, truths, seeds = [], [], []
     for part, used in parts:
-        rid = pd.Index([str(part.rows[i]["run_id"]) for i in used])
+        rid = pd.Index([part.run_ids[i] for i in used])
         pos = rows.index.get_indexer(rid)
         ok = pos >= 0
-        has_gal = np.bincount(part.realization_of, minlength=len(part.rows))[used] > 0
+        has_gal = np.bincount(part.realization_of, minlength=part.n_realizations)[used] > 0
         ok &= has_gal
         maps.append((part, used[ok], pos[ok]))
         truths.append(truth_of[pos[ok]])
@@ -167,8 +167,8 @@ def streamed_fits(
     # per partial and realization: point and seed index (-1: the realization is not used)
     real_point, real_seed = [], []
     for (part, used, _), tr, sd in zip(maps, truths, seeds, strict=True):
-        rp = np.full(len(part.rows), -1, np.int64)
-        rs = np.full(len(part.rows), -1, np.int64)
+        rp = np.full(part.n_realizations, -1, np.int64)
+        rs = np.full(part.n_realizations, -1, np.int64)
         rp[used] = [point_ix[tuple(t)] for t in tr]
         rs[used] = [seed_ix[s] for s in sd]
         real_point.append(rp)

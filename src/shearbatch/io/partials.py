@@ -197,10 +197,13 @@ def verify(path: str | Path) -> str | None:
 
 
 class Partial:
-    """An open partial (:func:`verify` it first): its rows, keys and context in memory
-    (small), its galaxies read a block at a time (:meth:`blocks`)."""
+    """An open partial (:func:`verify` it first): its run ids, keys and context in memory
+    (small), its summary rows (:attr:`rows`, parsed on demand and kept only with
+    ``keep_rows``: the streamed fit needs the run ids alone, and a campaign's rows as
+    Python dicts are the one thing that would grow its memory with the realizations), its
+    galaxies read a block at a time (:meth:`blocks`)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, keep_rows: bool = True):
         import netCDF4
 
         self.path = Path(path)
@@ -209,17 +212,25 @@ class Partial:
                 raise ValueError(f"not a {FORMAT} file: format {ds.getncattr('format')!r}")
             self.context = json.loads(ds.getncattr("context"))
             self.population = ds.getncattr("population") or None
-            self.rows: list[dict[str, Any]] = json.loads(
-                np.asarray(ds["rows_json"][:], np.uint8).tobytes()
-            )
+            rows = _rows(ds)
             self.keys = np.asarray(ds["key"][:], np.int64)
-            self.realization_of = np.asarray(ds["realization_of"][:], np.int64)
+            # int32: a partial holds one array task's realizations, never 2**31 of them
+            self.realization_of = np.asarray(ds["realization_of"][:], np.int32)
             self.n_galaxies = int(ds.dimensions["galaxy"].size)
             self.n_draws = int(ds.dimensions["draw"].size)
-        for r in self.rows:  # JSON has no NaN-free floats: None stays None, NaN comes back
-            for key, val in r.items():
-                if isinstance(val, float) and math.isnan(val):
-                    r[key] = math.nan
+        self.run_ids: list[str] = [str(r["run_id"]) for r in rows]
+        self.n_realizations = len(rows)
+        self._rows: list[dict[str, Any]] | None = rows if keep_rows else None
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The summary rows (read again from the file when not kept)."""
+        if self._rows is not None:
+            return self._rows
+        import netCDF4
+
+        with netCDF4.Dataset(self.path, "r") as ds:
+            return _rows(ds)
 
     def blocks(
         self, galaxies: int, select: np.ndarray | None = None
@@ -239,3 +250,14 @@ class Partial:
                 if select is not None and not select[a:b].any():
                     continue
                 yield a, self.realization_of[a:b], ds["eps"][a:b], ds["log_base"][a:b]
+
+
+def _rows(ds: Any) -> list[dict[str, Any]]:
+    """The partial's summary rows (JSON has no NaN-free floats: None stays None, NaN comes
+    back)."""
+    rows: list[dict[str, Any]] = json.loads(np.asarray(ds["rows_json"][:], np.uint8).tobytes())
+    for r in rows:
+        for key, val in r.items():
+            if isinstance(val, float) and math.isnan(val):
+                r[key] = math.nan
+    return rows
