@@ -320,8 +320,21 @@ def record(args, info, tasks, red, stats, agree, complete: bool) -> None:
     print(f"stats: sizes {min(gal):,}-{max(gal):,} galaxies ({max(gal) / min(gal):.1f}x); peak "
           f"RSS at most {max(v['peak_rss_mib'] for v in med.values()):.0f} MiB (bound "
           f"{RSS_BOUND_GIB * 1024:.0f})")  # fmt: skip
+    growth = None
+    if len(med) >= 2:  # peak RSS against galaxies: what still grows, and where it meets 2 GiB
+        lo, hi = min(med.values(), key=lambda v: v["galaxies"]), max(
+            med.values(), key=lambda v: v["galaxies"])  # fmt: skip
+        slope = (
+            (hi["peak_rss_mib"] - lo["peak_rss_mib"]) * 2**20 / (hi["galaxies"] - lo["galaxies"])
+        )
+        reach = (None if slope <= 0 else lo["galaxies"] + (RSS_BOUND_GIB * 1024 - lo[
+            "peak_rss_mib"]) * 2**20 / slope)  # fmt: skip
+        growth = {"bytes_per_galaxy": slope, "galaxies_at_bound": reach}
+        print(f"peak RSS grows {slope:.0f} bytes per galaxy between the smallest and largest "
+              f"size: 2 GiB at ~{reach / 1e6:.0f} million galaxies" if reach else
+              "peak RSS does not grow between the smallest and largest size")  # fmt: skip
     m = {"array_tasks": tasks, "reduction": red, "reduction_median": reduce_med,
-         "stats": stats, "stats_median": med, "agreement": agree,
+         "stats": stats, "stats_median": med, "rss_growth": growth, "agreement": agree,
          "rss_bound_mib": RSS_BOUND_GIB * 1024, "complete": complete,
          "replicas": args.replicas, "small_tasks": args.small_tasks}  # fmt: skip
     res = {"settings": {k: (h.rel(v) if isinstance(v, Path) else v)
