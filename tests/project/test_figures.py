@@ -268,6 +268,12 @@ FIGURES: list[Fig] = [
     Fig(BM, "{} s for {} realizations, peak RSS {} MiB", BENCH + "stages_scale.json",
         (j("measured.reduction_median.wall_s", ".2f"), j("measured.reduction_median.realizations", ","),
          j("measured.reduction_median.peak_rss_mib", ".0f"))),
+    Fig(BM, "It still grows, by {} bytes per galaxy (the record's `rss_growth`), and would reach 2 GiB at "
+        "~{} million galaxies.", BENCH + "stages_scale.json",
+        (j("measured.rss_growth.bytes_per_galaxy", ".0f"),
+         j("measured.rss_growth.galaxies_at_bound", lambda v: f"{v / 1e6:.0f}"))),
+    Fig(BM, "agree on `small` to {} at most over m1, m2, c1, c2 and their errors", BENCH + "stages_scale.json",
+        (j("measured.agreement.max_abs_diff", ".2e"),)),
     # README.md
     Fig(RM, "partials in\n{} s and `bias-stats`' streamed pooled fit in {} s (peak RSS {} MiB)",
         E3 + "validation.json",
