@@ -4,7 +4,8 @@ stats through the real CLI, then a record of both estimators under results/valid
     nice -n 15 .venv/bin/python bench/validate_anacal.py --config configs/level2.yaml \\
         --name anacal_level2_2d --grid -0.02 0.02 --grid-g2 -0.02 0.02 --n 40
 
-writes ``results/validation/<name>/record.json``: the command, the commit, the machine,
+writes ``results/validation/<name>/validation.json``: the command, the commit (``git``:
+HEAD and the tracked files modified), the machine,
 each stage's wall time, the forward model's verdict and bias_results.json's ``estimators``
 section (each estimator's m1, m2, c1, c2 with errors, verdict and cost per galaxy, and
 the differences with their paired jackknife errors), plus a copy of bias_results.json
@@ -22,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _harness import git_state
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -43,6 +46,13 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--work", default=None, help="campaign directory (default: /tmp/<name>)")
     ap.add_argument("--requirement", default=None)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="bias-run --set (repeatable): a config override, e.g. image.n_objects=1",
+    )
     a = ap.parse_args(argv)
     work = Path(a.work or f"/tmp/{a.name}")
     out = ROOT / "results" / "validation" / a.name
@@ -52,6 +62,8 @@ def main(argv: list[str] | None = None) -> Path:
            str(a.batch_size), "--output-dir", str(work / "runs"), "--no-progress"]  # fmt: skip
     if a.grid_g2:
         run += ["--shear-grid-g2", *a.grid_g2]
+    for kv in a.set:
+        run += ["--set", kv]
     extract = [str(BIN / "bias-extract"), "--input-dir", str(work / "runs"), "--output",
                str(work / "summary.csv"), "--no-progress"]  # fmt: skip
     stats = [str(BIN / "bias-stats"), "--input", str(work / "summary.csv"), "--output-dir",
@@ -72,7 +84,7 @@ def main(argv: list[str] | None = None) -> Path:
         "name": a.name, "script": "bench/validate_anacal.py",
         "command": " ".join(["python", "bench/validate_anacal.py", *(argv or sys.argv[1:])]),
         "stages": {"run": run, "extract": extract, "stats": stats},
-        "wall_s": times, "commit": commit,
+        "wall_s": times, "commit": commit, "git": git_state(),
         "machine": {"host": platform.node(), "cpu": platform.processor(),
                     "cores": len(__import__("os").sched_getaffinity(0))},
         "forward_model": {k: res.get(k) for k in ("estimator", "point_estimate", "m1", "m1_err",
@@ -80,7 +92,7 @@ def main(argv: list[str] | None = None) -> Path:
                                                   "c2_err", "verdict", "n_used", "n_seeds")},
         "estimators": res.get("estimators"),
     }  # fmt: skip
-    path = out / "record.json"
+    path = out / "validation.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     shutil.copy(work / "stats" / "bias_results.json", out / "bias_results.json")
     (out / "printed.txt").write_text(printed)

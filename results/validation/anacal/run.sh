@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 45: AnaCal (FPFS) beside the forward model on the very same realizations (one
+# campaign each, `--estimators anacal`), at Levels 0, 1 (MAP) and 2 on the 2-D grid
+# +-(0.02, -0.02), +-(0.02, 0.02), and in the misspecified case of
+# results/validation/misspecified_sersic/ (GalSim-drawn Sersic n = 2 data, exponential
+# model) with its control (GalSim-drawn exponential). Each campaign's
+# results/validation/anacal/<name>/validation.json, bias_results.json and printed.txt are
+# written by bench/validate_anacal.py (run -> extract -> stats through the real CLI).
+#   bash results/validation/anacal/run.sh [names...]      (default: all, in this order)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+PY=${PY:-.venv/bin/python}
+S=results/validation/misspecified_sersic
+GRID2=(--grid 0.02 --grid-g2 -0.02 0.02)
+run() { $PY bench/validate_anacal.py --name "anacal/$1" --work "/tmp/anacal_$1" "${@:2}"; }
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(level2_2d level0 level1 control sersic2)
+for n in "${names[@]}"; do
+  case $n in
+    level2_2d) run level2_2d --config configs/level2.yaml "${GRID2[@]}" --n 40 ;;
+    level0) run level0 --config configs/level0.yaml "${GRID2[@]}" --n 200 ;;
+    level1) run level1 --config configs/level1.yaml --set inference.method=map "${GRID2[@]}" --n 40 ;;
+    control) run control --config $S/control.yaml --grid 0.02 --n 15 --batch-size 15 ;;
+    sersic2) run sersic2 --config $S/sersic2.yaml --grid 0.02 --n 15 --batch-size 15 ;;
+    *) echo "unknown campaign $n" >&2; exit 2 ;;
+  esac
+done
