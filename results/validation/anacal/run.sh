@@ -11,14 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}
 S=results/validation/misspecified_sersic
-GRID2=(--grid 0.02 --grid-g2 -0.02 0.02)
+GRID2=(--grid 0.02 --grid-g2 -0.02 0.02)  # paired configs: +-g1 from the pair
 run() { $PY bench/validate_anacal.py --name "anacal/$1" --work "/tmp/anacal_$1" "${@:2}"; }
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(level2_2d level0 level1 control sersic2)
 for n in "${names[@]}"; do
   case $n in
-    level2_2d) run level2_2d --config configs/level2.yaml "${GRID2[@]}" --n 40 ;;
-    level0) run level0 --config configs/level0.yaml "${GRID2[@]}" --n 200 ;;
+    level2_2d) run level2_2d --config configs/level2.yaml "${GRID2[@]}" --n 400 --batch-size 32 --requirement lsst-project ;;
+    level0) run level0 --config configs/level0.yaml --grid -0.02 0.02 --grid-g2 -0.02 0.02 --n 500 ;;
     level1) run level1 --config configs/level1.yaml --set inference.method=map "${GRID2[@]}" --n 40 ;;
     control) run control --config $S/control.yaml --grid 0.02 --n 15 --batch-size 15 ;;
     sersic2) run sersic2 --config $S/sersic2.yaml --grid 0.02 --n 15 --batch-size 15 ;;
