@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}
 S=results/validation/misspecified_sersic
 GRID2=(--grid 0.02 --grid-g2 -0.02 0.02)  # paired configs: +-g1 from the pair
-run() { $PY bench/validate_anacal.py --name "anacal/$1" --work "/tmp/anacal_$1" "${@:2}"; }
+run() { rm -rf "/tmp/anacal_$1"; $PY bench/validate_anacal.py --name "anacal/$1" --work "/tmp/anacal_$1" "${@:2}"; }
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(level2_2d level0 level1 control sersic2)
 for n in "${names[@]}"; do
