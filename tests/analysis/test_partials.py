@@ -197,3 +197,25 @@ def test_array_task_flags_are_checked_before_anything_is_read(camp, tmp_path):
                                             "--array-task-count", "3", "--workers", "1"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert (root / "partials" / "task-00001-of-00003.nc").is_file()
+
+
+def test_grid_points_that_stop_on_different_passes(camp, tmp_path, monkeypatch):
+    """A grid point started at its maximum stops after one pass while the others go on:
+    later passes skip its galaxies (they once indexed past the still-fitted points and
+    raised IndexError on a 1,200-seed Level 2 campaign) and every point ends where the
+    in-memory fit does."""
+    root = _fresh(camp, tmp_path)
+    start = pooled.start_points
+    best = [(p["g1"], p["g2"]) for p in camp[1][1]["grid_points"]]
+
+    def starts(rows, points):
+        out = start(rows, points)
+        for i in range(len(points) // 2, len(points)):  # the last points: at their maximum
+            out[points[i]] = best[i]
+        return out
+
+    monkeypatch.setattr(pooled, "start_points", starts)
+    fits, _, _ = _fits_streamed(root, tmp_path)
+    _same_fits(camp[1], fits)
+    steps = [p["n_steps"] for p in fits[1]["grid_points"]]
+    assert max(steps[len(steps) // 2 :]) < min(steps[: len(steps) // 2]), steps

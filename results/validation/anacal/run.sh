@@ -17,11 +17,11 @@ names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(level2_2d level0 level1 control sersic2)
 for n in "${names[@]}"; do
   case $n in
-    level2_2d) run level2_2d --config configs/level2.yaml "${GRID2[@]}" --n 400 --batch-size 32 --requirement lsst-project ;;
+    level2_2d) run level2_2d --config configs/level2.yaml "${GRID2[@]}" --n 1200 --batch-size 32 --requirement lsst-project ;;
     level0) run level0 --config configs/level0.yaml --grid -0.02 0.02 --grid-g2 -0.02 0.02 --n 500 ;;
     level1) run level1 --config configs/level1.yaml --set inference.method=map "${GRID2[@]}" --n 40 ;;
-    control) run control --config $S/control.yaml --grid 0.02 --n 15 --batch-size 15 ;;
-    sersic2) run sersic2 --config $S/sersic2.yaml --grid 0.02 --n 15 --batch-size 15 ;;
+    control) run control --config $S/control.yaml --grid 0.02 --n 300 --batch-size 30 ;;
+    sersic2) run sersic2 --config $S/sersic2.yaml --grid 0.02 --n 300 --batch-size 30 ;;
     *) echo "unknown campaign $n" >&2; exit 2 ;;
   esac
 done

@@ -232,7 +232,10 @@ def _pass(maps, real_point, real_seed, support, trials, prior, n_seeds, threads,
                "seed_g": np.zeros((n_seeds, 2)), "seed_h": np.zeros((n_seeds, 2, 2)),
                "ess_min": math.inf, "n_collapsed": 0, "n_support": 0, "n_galaxies": 0}
            for i in trials}  # fmt: skip
-    active = np.zeros(max(trials) + 1 if trials else 1, bool)
+    # every grid point a galaxy can belong to, not only those still fitted (points stop
+    # on different passes: a partial's galaxies of a stopped point are skipped)
+    n_pts = max([*trials, *(int(rp.max()) for rp in real_point if len(rp))], default=0) + 1
+    active = np.zeros(n_pts, bool)
     for i in trials:
         active[i] = True
     for j, ((part, _, _), rp, rs) in enumerate(zip(maps, real_point, real_seed, strict=True)):
