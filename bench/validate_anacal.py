@@ -70,22 +70,23 @@ def main(argv: list[str] | None = None) -> Path:
              str(work / "stats"), "--report", str(work / "report.html")]  # fmt: skip
     if a.requirement:
         stats += ["--requirement", a.requirement]
+    git = git_state()  # the code that runs the campaign: HEAD and modified files at the start
     times, printed, exits = {}, "", {}
     for stage, cmd in (("run", run), ("extract", extract), ("stats", stats)):
         times[stage], text, exits[stage] = _run(cmd)
         if stage == "stats":
             printed = text
+            if exits[stage] not in (0, 1, 3):  # 0 PASS, 1 FAIL, 3 INCONCLUSIVE: a verdict
+                raise SystemExit(f"stats failed (exit {exits[stage]}):\n{text[-3000:]}")
         # bias-run's exit 1: some realizations failed (recorded failed, counted by the stats)
         elif exits[stage] not in ((0, 1) if stage == "run" else (0,)):
             raise SystemExit(f"{stage} failed (exit {exits[stage]}):\n{text[-3000:]}")
     res = json.loads((work / "stats" / "bias_results.json").read_text())
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
     record = {
         "name": a.name, "script": "bench/validate_anacal.py",
         "command": " ".join(["python", "bench/validate_anacal.py", *(argv or sys.argv[1:])]),
         "stages": {"run": run, "extract": extract, "stats": stats},
-        "wall_s": times, "exit": exits, "commit": commit, "git": git_state(),
+        "wall_s": times, "exit": exits, "commit": git["commit"], "git": git,
         "machine": {"host": platform.node(), "cpu": platform.processor(),
                     "cores": len(__import__("os").sched_getaffinity(0))},
         "forward_model": {k: res.get(k) for k in ("estimator", "point_estimate", "m1", "m1_err",

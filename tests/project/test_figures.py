@@ -309,6 +309,28 @@ FIGURES: list[Fig] = [
 ]  # fmt: skip
 
 
+def _anacal_rows() -> list[Fig]:
+    """Issue 45's table in docs/validation.md: each row as bench/anacal_table.py renders
+    it from its campaign's record (results/validation/anacal/<campaign>/validation.json)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "anacal_table", ROOT / "bench" / "anacal_table.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = []
+    for name in mod.CAMPAIGNS:
+        rec = VAL + f"anacal/{name}/validation.json"
+        for row in mod.rows(load(rec), name):
+            out.append(Fig(VM, row.replace("{", "{{").replace("}", "}}"), rec, (),
+                           cite="results/validation/anacal/"))  # fmt: skip
+    return out
+
+
+FIGURES += _anacal_rows()
+
+
 def squash(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
