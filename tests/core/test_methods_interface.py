@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from numpyro.infer import Predictive
 
 import shearbatch
-from shearbatch import runtime
 from shearbatch.cli import apply_flags, bias_run
 from shearbatch.core import methods
 from shearbatch.core.methods import Diagnosis, Draws, Method
 from shearbatch.core.methods import map as map_
+from shearbatch.engine import runtime
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import ConfigError, load_config
 from tests.conftest import write_config
