@@ -225,7 +225,7 @@ def test_given_flags_win_even_when_falsy_and_absent_flags_keep_the_config(tmp_pa
 def test_campaign_traces_the_method_once(module_tmp, tiny_cfg, monkeypatch):
     """5 realizations at batch size 2: three batches (the last padded), one trace of fit.
     (Exported programs off: an earlier test run's, in the shared test cache, would be
-    loaded untraced; tests/top/test_exported.py covers them.)"""
+    loaded untraced; tests/engine/test_exported.py covers them.)"""
     monkeypatch.setenv("SHEARBATCH_EXPORT", "off")
     traces = []
 

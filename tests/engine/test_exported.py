@@ -4,7 +4,7 @@ programs instead of tracing them again.
 A "later process" here is this process with its memory of exported programs cleared
 (:func:`shearbatch.engine.exported.clear_memory`): the model's ``fit`` is then provably not traced
 (counted); the two-process case, with the persistent compilation cache hit it leads to,
-is tests/top/test_engine_map.py::test_second_process_hits_the_persistent_cache (two bias-run
+is tests/engine/test_engine_map.py::test_second_process_hits_the_persistent_cache (two bias-run
 processes). The exported program's results equal the plain jit's to the bit; a corrupt,
 truncated or stale file, or a program that cannot be exported, falls back to the jit
 with one log line; every setting of the program changes its key.
