@@ -18,7 +18,7 @@ batches). From each process's log (its time stamps and the lines ``batch k/n: ..
 - the first batch's simulation and other host work (``T - S - I``: the residual check,
   the records) against a warm batch's; JAX configured -> batch 1 done against a warm
   batch's wall; the process's wall time, its persistent-cache hits and misses, and the
-  exported programs it wrote or loaded (``shearbatch/exported.py``).
+  exported programs it wrote or loaded (``shearbatch/engine/exported.py``).
 
 Both modes, each in its own fresh root, ``--repeats`` times (medians; the order of the
 modes alternates between repeats, against the drifts of a shared machine's load):

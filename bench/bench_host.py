@@ -6,7 +6,7 @@ realization of each host stage of the engine, median of ``--repeats``:
 
 - ``records``: the per-realization statistics and records (the method's diagnosis, the
   flags, the prior influence, ``truth.json``'s and ``convergence.json``'s contents): the
-  engine's loop over ``shearbatch.records.records`` (with ``host_batch`` where it exists);
+  engine's loop over ``shearbatch.engine.records.records`` (with ``host_batch`` where it exists);
 - ``write``: the three files of every realization of the batch, written in this thread
   (``shearbatch.io.write_record``), split into ``posterior.nc`` and the two JSON files;
 - ``host``: records + write, the figure the issue's target is stated in.
@@ -51,9 +51,9 @@ def _records(spec, method, plan, draws, sim, dtype: str) -> list:
     import jax
 
     try:  # the record assembly's module (engine.py's before it moved)
-        from shearbatch import records as engine
+        from shearbatch.engine import records as engine
     except ImportError:
-        from shearbatch import engine
+        from shearbatch.engine import loop as engine
 
     obs = np.asarray(sim.images)
     if hasattr(engine, "host_batch"):  # the engine's arrays on the host once per batch
@@ -129,7 +129,7 @@ def critical(cfg, spec, batch: int, repeats: int, writers: int, tmp: Path) -> di
     from shearbatch.io import WriterPool
 
     try:
-        from shearbatch import records as rm
+        from shearbatch.engine import records as rm
     except ImportError:  # pragma: no cover - older layouts
         from shearbatch import engine as rm
 
@@ -279,7 +279,7 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    from shearbatch import runtime
+    from shearbatch.engine import runtime
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 

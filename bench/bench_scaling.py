@@ -61,7 +61,7 @@ def measure(raw: dict, b: int, repeats: int, dense: bool = False) -> dict[str, A
     spec = run_spec(parse_config(raw))
     plan = plan_campaign([0.02], n_realizations=b, base_seed=0)
     if dense:  # the same method with jax.hessian's dense Hessian and dense linear algebra
-        import shearbatch.engine as engine
+        import shearbatch.engine.loop as engine
 
         real = engine.build_posterior
         engine.build_posterior = lambda p: build_posterior(p)._replace(

@@ -109,8 +109,8 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.engine import build_program, lane_chunk_for
+    from shearbatch.engine.records import records
     from shearbatch.io import write_record
-    from shearbatch.records import records
 
     plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
     base = build_program(spec, plan)  # one batch of inputs, two programs
@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--only-costs", action="store_true", help="part 3 only")
     args = ap.parse_args()
 
-    from shearbatch import runtime
+    from shearbatch.engine import runtime
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from shearbatch import runtime
+from shearbatch import process
 from shearbatch.analysis import extract
 from shearbatch.core.convergence import Convergence
 from shearbatch.io import write_realization
@@ -31,7 +31,7 @@ POP = {"kind": "truncnormal", "args": [0.0, 0.26, -0.9, 0.9]}
 
 def _probe_jax(_):
     """In a reader process: its environment, and the platform a JAX started there gets."""
-    env = {k: os.environ.get(k) for k in runtime.WORKER_ENV}
+    env = {k: os.environ.get(k) for k in process.WORKER_ENV}
     import jax
 
     return env, jax.devices()[0].platform

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from numpyro.infer import Predictive
 
 import shearbatch
-from shearbatch import runtime
 from shearbatch.cli import apply_flags, bias_run
 from shearbatch.core import methods
 from shearbatch.core.methods import Diagnosis, Draws, Method
 from shearbatch.core.methods import map as map_
+from shearbatch.engine import runtime
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import ConfigError, load_config
 from tests.conftest import write_config
@@ -225,7 +225,7 @@ def test_given_flags_win_even_when_falsy_and_absent_flags_keep_the_config(tmp_pa
 def test_campaign_traces_the_method_once(module_tmp, tiny_cfg, monkeypatch):
     """5 realizations at batch size 2: three batches (the last padded), one trace of fit.
     (Exported programs off: an earlier test run's, in the shared test cache, would be
-    loaded untraced; tests/top/test_exported.py covers them.)"""
+    loaded untraced; tests/engine/test_exported.py covers them.)"""
     monkeypatch.setenv("SHEARBATCH_EXPORT", "off")
     traces = []
 

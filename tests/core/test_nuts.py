@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import shearbatch.core.methods.nuts as nuts
-import shearbatch.engine as engine
+import shearbatch.engine.loop as engine
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.core.generate import render_stamps

@@ -182,7 +182,7 @@ def test_the_campaign_records_the_refilled_batchs_efficiency(level2, module_tmp,
     convergence.json's batch section, and logs it."""
     import json
 
-    from shearbatch import engine
+    from shearbatch.engine import loop as engine
 
     spec = level2[0]
     plan = plan_campaign([0.02], n_realizations=2, base_seed=0, paired=True,

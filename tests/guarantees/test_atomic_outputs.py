@@ -117,7 +117,7 @@ def test_a_failed_store_write_keeps_the_exported_program(tmp_path, monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from shearbatch import exported
+    from shearbatch.engine import exported
 
     exp = jax.export.export(jax.jit(lambda x: x + 1.0))(jnp.zeros(3))
     path = tmp_path / "store" / "k.bin"

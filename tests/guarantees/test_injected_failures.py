@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from shearbatch import engine
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core.generators import simulate
+from shearbatch.engine import loop as engine
 from shearbatch.io import read_json, read_posterior
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec

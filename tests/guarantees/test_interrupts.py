@@ -234,7 +234,7 @@ def test_time_limit_stops_before_a_batch_that_cannot_finish(module_tmp, tiny_cfg
     """Batches made slow (>= 1 s each) by a slower generator, 12 of them, 8 s allowed: the
     run stops between batches, before the limit (unless its first batch alone overran),
     every realization complete or absent."""
-    import shearbatch.engine as engine
+    import shearbatch.engine.loop as engine
     from shearbatch.campaign import plan_campaign
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec

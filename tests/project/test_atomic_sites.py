@@ -18,7 +18,7 @@ ALLOWED = {
     "process; a rewrite-and-rename would lose the lines of array tasks appending together",
     ("app/runner.py", "compile_first", ".touch"): "the compile marker: an empty file whose "
     "existence is its content (whole or absent by construction)",
-    ("runtime.py", "compile_lock", "open"): "the compilation cache's lock file (flock), "
+    ("engine/runtime.py", "compile_lock", "open"): "the compilation cache's lock file (flock), "
     "never written",
     ("io/writer.py", "_write_netcdf4", ".Dataset"): "netCDF4 writes the temporary file "
     "that atomic.put_with hands it (write_posterior_nc), or a template's sentinel file "

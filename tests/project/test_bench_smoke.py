@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shearbatch import runtime
+from shearbatch.engine import runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from shearbatch import runtime
 from shearbatch.campaign import array_slice, plan_campaign
 from shearbatch.cli import bias_run
+from shearbatch.engine import runtime
 from shearbatch.io import read_posterior
 from shearbatch.slurm import ArrayError, array_position, parse_indices
 from tests.conftest import write_config

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import runtime
+from .. import process
 from ..core import flags as fl
 from ..core.convergence import Convergence
 from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
@@ -400,15 +400,15 @@ def _read_chunk(args: tuple[list[str], Thresholds]) -> list[dict[str, Any]]:
 
 def map_cpu_only(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> Iterator[Any]:
     """``fn`` over ``items`` in ``workers`` spawned processes, results in order, each
-    process CPU-only (:data:`shearbatch.runtime.WORKER_ENV`: in its environment from its
+    process CPU-only (:data:`shearbatch.process.WORKER_ENV`: in its environment from its
     start, so JAX reads it at import, and set again by its initializer; the readers need no
     JAX, core/population_np.py: this is the guard, not the mechanism). spawn, not fork: the caller may hold
     threads (JAX, BLAS) that fork would copy mid-lock."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                             initializer=runtime.cpu_only_worker) as ex:  # fmt: skip
-        with runtime.scoped_environ(
-            runtime.WORKER_ENV
+                             initializer=process.cpu_only_worker) as ex:  # fmt: skip
+        with process.scoped_environ(
+            process.WORKER_ENV
         ):  # the processes start as the work is submitted
             futures = [ex.submit(fn, it) for it in items]
         for f in futures:

@@ -112,8 +112,8 @@ def _from_shapes(plan: Plan) -> DiskEstimate:
     import jax
     import numpy as np
 
-    from .. import runtime
     from ..core.posterior import build_posterior
+    from ..engine import runtime
 
     spec = plan.spec
     im = spec.model.image
@@ -157,9 +157,8 @@ def pilot(plan: Plan) -> PilotTiming:
     used and filled, no realization is written."""
     import jax
 
-    from .. import runtime
     from ..core.batching import pad_to
-    from ..engine import batch_inputs, inference_program, lane_chunk_for
+    from ..engine import batch_inputs, inference_program, lane_chunk_for, runtime
 
     spec, lanes = plan.spec, plan.batch_size
     reals = pad_to(list(plan.todo or plan.mine)[:lanes], lanes)

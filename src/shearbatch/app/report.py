@@ -50,8 +50,9 @@ def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: P
     import numpy as np
     import xarray as xr
 
-    from .. import runtime
+    from .. import process
     from ..analysis.plots import stamps_figure
+    from ..engine import runtime
     from ..io import POSTERIOR, TRUTH, find_realization_dirs, read_json
     from ..schema import current_config
     from ..spec import run_spec
@@ -76,7 +77,7 @@ def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: P
     precision = str((cfg.get("inference") or {}).get("precision", "float64"))
     lazy = {"XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",
                                                             "false")}  # fmt: skip
-    with runtime.scoped_environ(lazy), runtime.scoped():
+    with process.scoped_environ(lazy), runtime.scoped():
         runtime.configure(precision == "float64", cache if Path(cache).is_dir() else "off")
         spec = run_spec(current_config().model_validate(cfg))  # validated when run
         models = np.concatenate([models_at_estimate(_Where(spec, h), [r])

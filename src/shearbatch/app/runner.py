@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import runtime
+from ..engine import runtime
 from .options import PlanError
 from .plan import Plan
 from .signals import StopOnSignal

@@ -69,14 +69,13 @@ def chi2_fn(problem) -> Callable[[Mapping[str, jax.Array], jax.Array], jax.Array
 def chi2_program(problem) -> Callable[[Mapping[str, jax.Array], jax.Array], jax.Array]:
     """The engine's batched check, ``batched(chi2_fn(problem))``: ``(samples, images) ->
     chi2 / N`` per lane; where an entry point set a store of exported programs, a later
-    process loads it from there instead of tracing it (:mod:`shearbatch.exported`)."""
-    from ..exported import exportable, store
+    process loads it from there instead of tracing it (:mod:`shearbatch.core.programs`: the
+    wrapper the engine installed, :mod:`shearbatch.engine.exported`)."""
+    from . import programs
     from .batching import batched
 
-    if store() is None:
-        return batched(chi2_fn(problem))
-    return exportable(lambda: batched(chi2_fn(problem)), {"program": "chi2", "problem": problem},
-                      "residual check")  # fmt: skip
+    return programs.program(lambda: batched(chi2_fn(problem)),
+                            {"program": "chi2", "problem": problem}, "residual check")  # fmt: skip
 
 
 def misfit(chi2_per_pixel: float) -> bool:

@@ -155,13 +155,14 @@ _SIMULATORS: dict[Any, Any] = {}
 def _simulator(problem):
     """One jitted generator per problem (and default float dtype), reused by every batch;
     where an entry point set a store of exported programs, a later process loads it from
-    there instead of tracing it (:mod:`shearbatch.exported`)."""
-    from ..exported import exportable
+    there instead of tracing it (:mod:`shearbatch.core.programs`: the wrapper the engine
+    installed, :mod:`shearbatch.engine.exported`)."""
+    from . import programs
 
-    key = (problem, str(jnp.result_type(float)))
+    key = (problem, str(jnp.result_type(float)), programs.installed())
     if key not in _SIMULATORS:
         one = functools.partial(simulate_one, problem)
-        _SIMULATORS[key] = exportable(
+        _SIMULATORS[key] = programs.program(
             lambda: jax.jit(lambda *a: jax.lax.map(lambda x: one(*x), a)),
             {"program": "generator", "problem": problem}, "generator",
         )  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
-import shearbatch.engine as engine
+import shearbatch.engine.loop as engine
 from shearbatch.campaign import plan_campaign
 from shearbatch.cli import bias_run
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
@@ -312,7 +312,7 @@ def test_campaign_compiles_once(module_tmp, quiet_cfg, monkeypatch):
 
 def test_second_process_hits_the_persistent_cache(tmp_path):
     """... and loads the first one's exported programs instead of tracing them
-    (shearbatch/exported.py; the in-process checks are tests/top/test_exported.py)."""
+    (shearbatch/engine/exported.py; the in-process checks are tests/engine/test_exported.py)."""
     cfg = write_config(
         tmp_path / "tiny.yaml",
         {"image.size_x": 16, "image.size_y": 16, "gal.half_light_radius": 0.3},

@@ -13,17 +13,17 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from ._version import __version__
-from .campaign import Realization
-from .core import flags as fl
-from .core.checks import misfit
-from .core.convergence import Convergence
-from .core.generate import FIELDS, SimBatch
-from .core.model import SHEAR_SITES
-from .core.population_np import relative_log_weights
-from .core.priors import prior_sd, shrinkage
-from .io import Record
-from .spec import RunSpec
+from .._version import __version__
+from ..campaign import Realization
+from ..core import flags as fl
+from ..core.checks import misfit
+from ..core.convergence import Convergence
+from ..core.generate import FIELDS, SimBatch
+from ..core.model import SHEAR_SITES
+from ..core.population_np import relative_log_weights
+from ..core.priors import prior_sd, shrinkage
+from ..io import Record
+from ..spec import RunSpec
 
 __all__ = [
     "PROPOSAL_LOG_Q",

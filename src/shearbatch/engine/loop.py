@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._version import code_version
-from .campaign import Realization, make_batches
-from .core.batching import (
+from .._version import code_version
+from ..campaign import Realization, make_batches
+from ..core.batching import (
     batched,
     batched_fit,
     chunk_width,
@@ -37,10 +37,10 @@ from .core.batching import (
     realization_keys,
     refill_lanes,
 )
-from .core.checks import chi2_program
-from .core.generate import SimBatch
-from .core.generators import simulate
-from .core.memory import (
+from ..core.checks import chi2_program
+from ..core.generate import SimBatch
+from ..core.generators import simulate
+from ..core.memory import (
     Budget,
     ProgramMemory,
     fmt_bytes,
@@ -49,13 +49,13 @@ from .core.memory import (
     memory_budget,
     program_memory,
 )
-from .core.methods import get as get_method
-from .core.posterior import build_posterior
-from .core.priors import PRIOR_PULL_MAX, campaign_pull
-from .io import WriterPool, clean_orphans
-from .io.writer import SerialWriter, Sink, raw_json
+from ..core.methods import get as get_method
+from ..core.posterior import build_posterior
+from ..core.priors import PRIOR_PULL_MAX, campaign_pull
+from ..io import WriterPool, clean_orphans
+from ..io.writer import SerialWriter, Sink, raw_json
+from ..spec import RunSpec
 from .records import batch_records, estimator_draws, host_batch
-from .spec import RunSpec
 
 __all__ = [
     "AUTO_MAX_LANES",
@@ -103,9 +103,9 @@ def inference_program(
     vmapped per-realization fit in lockstep, for comparison).
 
     Where an entry point set a store of exported programs (``runtime.configure``), a
-    one-device program is an :class:`~shearbatch.exported.Exportable`: exported on its
+    one-device program is an :class:`~shearbatch.engine.exported.Exportable`: exported on its
     first call and written there, or loaded from there by a later process of the campaign
-    without tracing it (:mod:`shearbatch.exported`)."""
+    without tracing it (:mod:`shearbatch.engine.exported`)."""
     from . import exported
 
     method = get_method(spec.inference)
@@ -478,7 +478,7 @@ def run_campaign(
     method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
     host = None  # host estimators beside the method (inference.estimators)
     if spec.estimators:
-        from .estimators.host import HostEstimators, with_estimates
+        from ..estimators.host import HostEstimators, with_estimates
 
         host = HostEstimators(spec)
     auto_kind, auto_n = default_writers()

@@ -1,12 +1,13 @@
 """Process-wide JAX configuration, set once by an entry point (never at import).
 
 :func:`configure` applies x64 and the persistent compilation cache (and points
-:mod:`shearbatch.exported`'s store of traced programs into it), and
+:mod:`shearbatch.engine.exported`'s store of traced programs into it), and
 registers ONE cache-event listener per process; calling it again only changes
 what differs, so ``--preview`` followed by the run (or several in-process CLI
 calls in tests) neither double-counts cache hits nor leaks a listener.
 :func:`scoped` restores the previous flags afterwards (the in-process CLI uses
-it so that a test calling ``bias-run --no-x64`` does not change later tests).
+it so that a test calling ``bias-run --no-x64`` does not change later tests). Both set
+flags through :func:`shearbatch.process.set_flags`, the one setter.
 """
 
 from __future__ import annotations
@@ -18,17 +19,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..process import set_flags
+
 __all__ = [
     "CACHE_EVENTS",
     "CACHE_SUBDIR",
-    "WORKER_ENV",
     "compile_lock",
     "configure",
-    "cpu_only_worker",
     "default_cache_dir",
     "reset_cache_events",
     "scoped",
-    "scoped_environ",
 ]
 
 logger = logging.getLogger(__name__)
@@ -101,17 +101,6 @@ def reset_cache_events() -> None:
     CACHE_EVENTS.update(hits=0, misses=0)
 
 
-def set_flags(values: dict[str, Any]) -> None:
-    """The one place that sets JAX flags (``jax.config.update``): those of ``values`` whose
-    current value differs. Called by :func:`configure`, :func:`cpu_only_worker` and
-    :func:`scoped` (the entry points' set-up and its undoing), never at import."""
-    import jax
-
-    for key, value in values.items():
-        if getattr(jax.config, key, None) != value:
-            jax.config.update(key, value)
-
-
 def configure(x64: bool, cache_dir: str | None = None) -> str:
     """Set x64 and the compilation cache (``off`` / ``none`` / ``0`` / empty disables it);
     returns the cache directory in use (or ``"off"``). Safe to call repeatedly."""
@@ -128,7 +117,7 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
                    "jax_persistent_cache_min_entry_size_bytes": 0})  # fmt: skip
     from . import exported
 
-    # the traced programs beside the compiled ones (shearbatch.exported): a later process
+    # the traced programs beside the compiled ones (shearbatch.engine.exported): a later process
     # of the campaign loads them instead of tracing
     exported.use(None if cache == "off" else Path(cache) / exported.SUBDIR)
     if not _LISTENER:
@@ -138,39 +127,6 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
     logger.info("JAX %s on %s x%d (%s), x64=%s, compilation cache: %s", jax.__version__,
                 devs[0].platform.upper(), len(devs), devs[0].device_kind, x64, cache)  # fmt: skip
     return cache
-
-
-#: the environment of worker processes that need no device (bias-run's writers,
-#: bias-extract's readers): whatever the node, one that imported JAX would start its CPU
-#: backend only (on a GPU node each process that starts the GPU backend takes 75% of the
-#: GPU's memory and the pool dies), and take no memory up front
-WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-
-
-def cpu_only_worker() -> None:
-    """A worker process's initializer: :data:`WORKER_ENV`, and the platform flag of a JAX
-    already imported (spawn re-imports the parent's ``__main__`` first, which may import
-    JAX; an import starts no backend)."""
-    import sys
-
-    os.environ.update(WORKER_ENV)
-    if sys.modules.get("jax") is not None:
-        set_flags({"jax_platforms": WORKER_ENV["JAX_PLATFORMS"]})
-
-
-@contextlib.contextmanager
-def scoped_environ(env: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` updated with ``env`` inside (a process started there inherits it)."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager

@@ -1,10 +1,10 @@
-"""Exported programs (shearbatch/exported.py): a later process loads the campaign's traced
+"""Exported programs (shearbatch/engine/exported.py): a later process loads the campaign's traced
 programs instead of tracing them again.
 
 A "later process" here is this process with its memory of exported programs cleared
-(:func:`shearbatch.exported.clear_memory`): the model's ``fit`` is then provably not traced
+(:func:`shearbatch.engine.exported.clear_memory`): the model's ``fit`` is then provably not traced
 (counted); the two-process case, with the persistent compilation cache hit it leads to,
-is tests/top/test_engine_map.py::test_second_process_hits_the_persistent_cache (two bias-run
+is tests/engine/test_engine_map.py::test_second_process_hits_the_persistent_cache (two bias-run
 processes). The exported program's results equal the plain jit's to the bit; a corrupt,
 truncated or stale file, or a program that cannot be exported, falls back to the jit
 with one log line; every setting of the program changes its key.
@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 
 import shearbatch.core.methods.map as map_
-from shearbatch import exported, runtime
 from shearbatch.campaign import plan_campaign
 from shearbatch.core.checks import chi2_program
 from shearbatch.core.methods import MethodSpec
 from shearbatch.core.methods.vi import ViConfig
-from shearbatch.engine import batch_inputs, build_program, inference_program
+from shearbatch.engine import batch_inputs, build_program, exported, inference_program, runtime
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 from tests.conftest import count_calls, write_config
@@ -138,12 +137,12 @@ def test_a_bad_file_is_traced_again_and_replaced(spec, inputs, plain, store, dam
         blob.write_bytes(good.replace(blob.stem.encode(), other.encode(), 1))
     damaged = blob.read_bytes()
     exported.clear_memory()
-    with caplog.at_level(logging.WARNING, logger="shearbatch.exported"):
+    with caplog.at_level(logging.WARNING, logger="shearbatch.engine.exported"):
         _, program = inference_program(spec)
         out = jax.tree.map(np.asarray, program(keys, sim.images))
     assert _equal(out, plain)
     (line,) = [r.getMessage() for r in caplog.records
-                if r.name == "shearbatch.exported" and r.levelno >= logging.WARNING]  # fmt: skip
+                if r.name == "shearbatch.engine.exported" and r.levelno >= logging.WARNING]  # fmt: skip
     assert "cannot be used" in line and "tracing it again" in line, line
     assert exported.STATS["exported"] == 1 and blob.read_bytes() != damaged
     exported._read(blob, blob.stem)  # replaced by a good file
@@ -157,13 +156,13 @@ def test_a_program_that_cannot_be_exported_runs_with_jit(spec, inputs, plain, st
         raise ValueError("Cannot serialize code with custom calls (a test)")
 
     monkeypatch.setattr(jax.export, "export", refuse)
-    with caplog.at_level(logging.WARNING, logger="shearbatch.exported"):
+    with caplog.at_level(logging.WARNING, logger="shearbatch.engine.exported"):
         _, program = inference_program(spec)
         out = jax.tree.map(np.asarray, program(keys, sim.images))
     assert _equal(out, plain)
     assert exported.STATS["fallback"] == 1 and not list(store.glob("*.bin"))
     (line,) = [r.getMessage() for r in caplog.records
-                if r.name == "shearbatch.exported" and r.levelno >= logging.WARNING]  # fmt: skip
+                if r.name == "shearbatch.engine.exported" and r.levelno >= logging.WARNING]  # fmt: skip
     assert "cannot be exported" in line and "traced with jit instead" in line
 
 

@@ -1,6 +1,6 @@
 """Programs that a later process loads instead of tracing: serialized ``jax.export`` modules.
 
-JAX's persistent compilation cache (:mod:`shearbatch.runtime`) shares a campaign's XLA
+JAX's persistent compilation cache (:mod:`shearbatch.engine.runtime`) shares a campaign's XLA
 executables between processes, but it is keyed by the *lowered* module: every new
 process of the same campaign (a SLURM array task, a resume) still traces the batched
 inference program in Python and lowers it before it can look the executable up. At
@@ -78,7 +78,7 @@ SUBDIR = "exported"
 FORMAT = 1
 _MAGIC = b"shearbatch-exported\n"
 #: JAX flags read while tracing: a program traced under other values is another program
-#: (read here, to key the stored programs; set only by shearbatch.runtime.set_flags)
+#: (read here, to key the stored programs; set only by shearbatch.process.set_flags)
 _FLAGS = (
     "jax_enable_x64",
     "jax_default_matmul_precision",
@@ -112,7 +112,12 @@ def stored_in() -> Path | None:
 
 def use(directory: str | Path | None) -> None:
     """Keep exported programs in ``directory`` (None: nowhere, every program is traced
-    with ``jit``). Set by :func:`shearbatch.runtime.configure`."""
+    with ``jit``). Set by :func:`shearbatch.engine.runtime.configure`. Also hands
+    :func:`exportable` down to core (:func:`shearbatch.core.programs.install`), which
+    builds its generator and residual check with it: core imports no layer above it."""
+    from ..core import programs
+
+    programs.install(exportable)
     _STORE["dir"] = None if directory is None else Path(directory)
     if directory is not None and enabled() and not _serializable():
         logger.info("no exported programs: the flatbuffers package that jax.export needs to "
@@ -153,7 +158,7 @@ def clear_memory() -> None:
 def source_hash() -> str:
     """SHA-256 of every ``.py`` file of the ``shearbatch`` package (path and content), read
     once per process."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the package, not only its engine/
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -294,7 +299,7 @@ def _write(path: Path, key: str, name: str, exp: Any) -> None:
               "namedtuples": namedtuples, "sha256": hashlib.sha256(payload).hexdigest(),
               "bytes": len(payload)}  # fmt: skip
     head = json.dumps(header).encode()
-    from .io import atomic  # the one atomic write (fsynced: a cache entry outlives the run)
+    from ..io import atomic  # the one atomic write (fsynced: a cache entry outlives the run)
 
     atomic.remove_orphans(path.parent, (path.name,))  # of this program, by killed processes
     atomic.write_bytes(path, _MAGIC + struct.pack("<I", len(head)) + head + payload)
