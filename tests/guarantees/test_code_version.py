@@ -58,7 +58,7 @@ def test_the_fingerprint_follows_the_code_that_computes_results(tmp_path):
     for part in ("analysis/extract.py", "io/writer.py", "cli/run.py", "app/plan.py"):
         (root / part).write_text((root / part).read_text() + "\n# a comment\n")
         assert fingerprint(root) == same, part  # reading, storage, the command line
-    for part in ("core/methods/map.py", "engine.py", "core/render.py"):
+    for part in ("core/methods/map.py", "engine/loop.py", "core/render.py"):
         before = fingerprint(root)
         (root / part).write_text((root / part).read_text() + "\n# a comment\n")
         assert fingerprint(root) != before, part
