@@ -486,7 +486,7 @@ class Ticks:
             return None
         per = self.period()
         k = max(1, math.ceil((now - self.at[-1]) / per))
-        return self.at[-1] + k * per, 1.0 + 0.1 * k
+        return self.at[-1] + k * per, min(1.0 + 0.25 * k, 10.0)  # up to ~0.25 s per period seen
 
     def learn(self, end: float, what: str) -> None:
         pred = None
@@ -553,8 +553,9 @@ class TaskRun:
         tail = text[last:] if last >= 0 else ""
         if "campaign: " in tail and not re.search(r"campaign done|^Error: |SIGTERM", tail, re.M):
             self.phase = "computing"
-            start = re.search(r"^(\S+ \S+) INFO shearbatch.engine: campaign: ", tail, re.M)
-            done = re.findall(r"^(\S+ \S+) INFO shearbatch.engine: batch (\d+)/(\d+): ", tail, re.M)
+            eng = r"^(\S+ \S+) INFO shearbatch\.engine[\w.]*: "  # the engine's loggers
+            start = re.search(eng + "campaign: ", tail, re.M)
+            done = re.findall(eng + r"batch (\d+)/(\d+): ", tail, re.M)
             if start and len(done) >= 3:  # the batches left at the pace of the last ones
                 k, n = int(done[-1][1]), int(done[-1][2])
                 j = max(1, len(done) - 6)  # the first batch (its programs' load) left out
