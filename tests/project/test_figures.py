@@ -144,6 +144,7 @@ HOST, HOST0 = BENCH + "host.json", BENCH + "host_before.json"
 L0, L2 = "configs.level0.stages.", "configs.level2.stages."
 CPU2D, WIDE, GPU2D = VAL + "level2_cpu_2d/", VAL + "level2_cpu_2d_wide/", VAL + "level2_field_gpu/"
 E3 = VAL + "level2_2d_3e4/"
+CHAOS = BENCH + "chaos_slurm.json"
 BM, VM, RM = "docs/benchmarks.md", "docs/validation.md", "README.md"
 
 
@@ -274,6 +275,52 @@ FIGURES: list[Fig] = [
          j("measured.rss_growth.galaxies_at_bound", lambda v: f"{v / 1e6:.0f}"))),
     Fig(BM, "agree on `small` to {} at most over m1, m2, c1, c2 and their errors", BENCH + "stages_scale.json",
         (j("measured.agreement.max_abs_diff", ".2e"),)),
+    # the SLURM chaos soak (chaos_slurm.json)
+    Fig(BM, "`python bench/chaos_slurm.py` (commit `{}`, run from a worktree of it; local single-node "
+        "SLURM, 2-core box shared with other developers, load {} at the start)", CHAOS,
+        (j("info.git.commit", lambda v: v[:7]), j("info.load_average_start[0]", ".1f"))),
+    Fig(BM, "a Level 0 campaign of {} realizations (4 shears x {} seeds, {}x{} stamps, float64, "
+        "batches of {}) fitted by VI of {} steps", CHAOS,
+        (j("campaign.realizations", ","), j("settings.n_realizations", "d"), j("campaign.stamp", "d"),
+         j("campaign.stamp", "d"), j("campaign.batch_size", "d"), j("settings.vi_steps", ","))),
+    Fig(BM, "as an emitted array of {} tasks, throttle {}. It ran once untouched (the reference: {} s) "
+        "and once with its root on a {} MB tmpfs", CHAOS,
+        (j("campaign.tasks", "d"), j("campaign.throttle", "d"), j("clean.wall_s", ".0f"),
+         j("campaign.tmpfs_mb", "d"))),
+    Fig(BM, "injected until each kind had taken effect {} times", CHAOS, (j("campaign.min_effects", "d"),)),
+    *[Fig(BM, f"| {row} | " + "{} | {} |", CHAOS,
+          (j(f"effects.{kind}.issued", "d"), j(f"effects.{kind}.effective", "d")))
+      for kind, row in (
+          ("scancel_task", "`scancel` of a running task (re-submitted alone 0-3 s later)"),
+          ("scancel_array", "`scancel` of the array (re-submitted 1-5 s later)"),
+          ("requeue", "`scontrol requeue` of a running task"),
+          ("time_limit", "the running task's end time set to now, a few seconds before slurmctld's "
+                         "time-limit check (every 30 s, its phase from a probe job)"),
+          ("drain", "the node drained for 3-10 s"),
+          ("disk_full", "the output tmpfs filled for 3-10 s while an engine computed"))],
+    Fig(BM, "all {} ran again after SLURM's 2-minute hold", CHAOS,
+        (calc(lambda J: sum(1 for f in J(CHAOS, "faults") if f["kind"] == "requeue"
+                            and f["effect"]["evidence"].get("ran_again")), "d"),)),
+    Fig(BM, "all {} hit a task whose engine was computing", CHAOS,
+        (calc(lambda J: sum(1 for f in J(CHAOS, "faults") if f["kind"] == "time_limit"
+                            and f["target"]["phase"] == "computing"), "d"),)),
+    Fig(BM, "the node `draining` with {} or {} campaign tasks running on it", CHAOS,
+        tuple(calc(lambda J, agg=agg: agg(len(f["target"]["running"]) for f in J(CHAOS, "faults")
+                                          if f["kind"] == "drain"), "d") for agg in (min, max))),
+    Fig(BM, "Nothing lost: {} of {} realizations complete and bit-identical", CHAOS,
+        (j("compare.bit_identical", ","), j("campaign.realizations", ","))),
+    Fig(BM, "({} computed in batches that landed against {} planned", CHAOS,
+        (j("chaos.logs.computed_in_landed_batches", ","), j("campaign.realizations", ","))),
+    Fig(BM, "{} task runs against {}; SLURM's record of them: {} completed, {} cancelled, {} requeued, "
+        "{} timed out, {} failed (the disk fills)", CHAOS,
+        (j("chaos.logs.task_runs", "d"), j("clean.logs.task_runs", "d"),
+         *(j(f"chaos.jobcomp.{k}", "d") for k in ("COMPLETED", "CANCELLED", "PENDING", "TIMEOUT",
+                                                  "FAILED")))),
+    Fig(BM, "Exit status of the runs that met the full disk: {} ended with bias-run's 4, {} with 1:",
+        CHAOS, tuple(calc(lambda J, code=code: sum(
+            c == code for f in J(CHAOS, "faults") if f["kind"] == "disk_full"
+            for c in f["effect"]["evidence"]["exit_codes"].values()), "d") for code in ("4:0", "1:0"))),
+    Fig(BM, "Wall: {} s against {} s", CHAOS, (j("chaos.wall_s", ".0f"), j("clean.wall_s", ".0f"))),
     # README.md
     Fig(RM, "partials in\n{} s and `bias-stats`' streamed pooled fit in {} s (peak RSS {} MiB)",
         E3 + "validation.json",
