@@ -356,6 +356,48 @@ FIGURES: list[Fig] = [
 ]  # fmt: skip
 
 
+
+def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any]], Any]:
+    """The field ``key`` of the first item of the list at ``path`` whose fields equal ``match``."""
+    lst, _, field = key.rpartition(".")
+    return lambda J: next(x for x in J(path, lst) if all(x.get(k) == v for k, v in match.items()))[field]
+
+
+RENDER, MAPJ, NUTS = BENCH + "render.json", BENCH + "map.json", BENCH + "nuts.json"
+CHUNK64 = "lax.map(vmap, batch_size=64)"
+
+# docs/benchmarks.md: the sections before "Host work per realization"
+FIGURES += [
+    Fig(BM, "Gaussian {}, elliptical Gaussian {}, Moffat beta 3.5 (elliptical) {}, truncated Moffat {} "
+        "stamps/s; value + gradient: {}, {}, {}, {} stamps/s", RENDER,
+        tuple(calc(rows_where(RENDER, "results.stamps_per_s", psf=psf, dtype="float32", mode=mode,
+                              batching=CHUNK64), ",.0f")
+              for mode in ("forward", "value_and_grad")
+              for psf in ("gaussian", "gaussian_e", "moffat", "moffat_trunc"))),
+    Fig(BM, "load average {} at the start; 48x48 stamps, median of {} repeats", RENDER,
+        (j("load_average_start[0]", ".1f"), j("settings.repeats", "d"))),
+    Fig(BM, "{}-{} realizations/s for the compiled step (best at batch 16); `bias-run` of 64 "
+        "realizations {} s with a cold compilation cache, {} s warm", MAPJ,
+        (calc(lambda J: min(v["realizations_per_s"] for v in J(MAPJ, "inference_only").values()), ".0f"),
+         calc(lambda J: max(v["realizations_per_s"] for v in J(MAPJ, "inference_only").values()), ".0f"),
+         j("end_to_end.cold_s.median", ".1f"), j("end_to_end.warm_s.median", ".1f"))),
+    Fig(BM, "keeps {} (warmup) and {} (sampling) of the leapfrog work useful against {} and {} uncapped; "
+        "wall {} s -> {} s; median bulk ESS of g1 {} -> {}, the lowest bulk ESS over all latents "
+        "{} -> {}", NUTS,
+        (j("runs[3].capped.lockstep_efficiency.warmup", ".2f"),
+         j("runs[3].capped.lockstep_efficiency.sampling", ".2f"),
+         j("runs[3].ours.lockstep_efficiency.warmup", ".2f"),
+         j("runs[3].ours.lockstep_efficiency.sampling", ".2f"),
+         j("runs[3].ours.wall_s", ".0f"), j("runs[3].capped.wall_s", ".0f"),
+         j("runs[3].ours.ess_bulk_g1.median", ".0f"), j("runs[3].capped.ess_bulk_g1.median", ".0f"),
+         j("runs[3].ours.ess_bulk_min_all_sites", ".0f"),
+         j("runs[3].capped.ess_bulk_min_all_sites", ".0f"))),
+    Fig(BM, "Its median ESS/s per realization is {}x (homogeneous batch) to {}x (one hard lane)", NUTS,
+        (j("runs[3].ratio_median_ess_per_s_capped_over_joint", ".1f"),
+         j("runs[6].ratio_median_ess_per_s_capped_over_joint", ".1f"))),
+]  # fmt: skip
+
+
 def _anacal_rows() -> list[Fig]:
     """Issue 45's table in docs/validation.md: each row as bench/anacal_table.py renders
     it from its campaign's record (results/validation/anacal/<campaign>/validation.json)."""
