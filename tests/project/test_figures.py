@@ -395,6 +395,40 @@ FIGURES += [
     Fig(BM, "Its median ESS/s per realization is {}x (homogeneous batch) to {}x (one hard lane)", NUTS,
         (j("runs[3].ratio_median_ess_per_s_capped_over_joint", ".1f"),
          j("runs[6].ratio_median_ess_per_s_capped_over_joint", ".1f"))),
+    # bias-stats on an interim-model campaign (stats.json)
+    Fig(BM, "shared: load {}-{})", BENCH + "stats.json",
+        (j("runs.after.load_average_start[0]", ".1f"), j("load_average_end[0]", ".1f"))),
+    Fig(BM, "Before (`5640e18`, one run): {} s (extraction {} s, pooled fit and figures {} s, report "
+        "{} s), peak RSS {} GB. After: {} s median of {} (startup {} s, extraction {} s, fit {} s, "
+        "report {} s), peak RSS {} GB in the main process, {} GB for the process tree", BENCH + "stats.json",
+        (*(j(f"runs.before.median.{k}", ".0f") for k in ("wall_s", "extraction_s", "fit_s", "report_s")),
+         j("runs.before.median.peak_rss_main_mb", lambda v: f"{v / 1e3:.1f}"),
+         j("runs.after.median.wall_s", ".1f"), j("settings.repeats", "d"),
+         *(j(f"runs.after.median.{k}", ".1f") for k in ("startup_s", "extraction_s", "fit_s", "report_s")),
+         j("runs.after.median.peak_rss_main_mb", lambda v: f"{v / 1e3:.2f}"),
+         j("runs.after.median.peak_rss_tree_mb", lambda v: f"{v / 1e3:.2f}"))),
+    Fig(BM, "(12 bytes per draw: {} GB here)", BENCH + "stats.json",
+        (j("runs.after.median.sidecar_mb", lambda v: f"{v / 1e3:.2f}"),)),
+    # memory per lane (lane_memory.json)
+    Fig(BM, "is {} MiB per lane in float64 and {} MiB in float32", BENCH + "lane_memory.json",
+        tuple(j(f"by_dtype.{t}.bytes_per_lane", lambda v: f"{v / 2**20:.2f}") for t in ("float64", "float32"))),
+    # the SLURM array (slurm.json)
+    Fig(BM, "load average {}-{} from other developers' work", BENCH + "slurm.json",
+        (j("info.load_average_start[0]", ".0f"), j("load_average_end[0]", ".0f"))),
+    Fig(BM, "| the array's end (all 16 realizations written) | {} s | | the dependent job's end "
+        "(`summary.csv`, `bias_results.json`, plots) | {} s | | *for comparison: the same campaign in one "
+        "process, cache warm, + extract + stats* | *{} s* | | *the same in one process with 2 CPU devices* "
+        "| *{} s* |", BENCH + "slurm.json",
+        tuple(j(k, ".0f") for k in ("sbatch_to_array_done_s", "sbatch_to_stats_done_s", "single_process_s",
+                                     "multi_device_process_s"))),
+    Fig(BM, "| first to take the lock | {} / {} (it compiled) | {} s | {} s | | started with it | {} / {} | "
+        "{} s | {} s | | second wave (two tasks) | {} / {} each | {} s | {}-{} s |", BENCH + "slurm.json",
+        tuple(j(f"tasks[{t}].{k}", ".0f") for t in (1, 0) for k in ("cache_hits", "cache_misses",
+                                                                      "lock_wait_s", "logged_span_s"))
+        + (j("tasks[2].cache_hits", "d"), j("tasks[2].cache_misses", "d"), j("tasks[2].lock_wait_s", ".0f"),
+           j("tasks[2].logged_span_s", ".0f"), j("tasks[3].logged_span_s", ".0f"))),
+    Fig(BM, "spends {}-{} s between its first and last log line", BENCH + "slurm.json",
+        (j("tasks[2].logged_span_s", ".0f"), j("tasks[3].logged_span_s", ".0f"))),
 ]  # fmt: skip
 
 
