@@ -27,6 +27,7 @@ import functools
 import json
 import math
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -364,6 +365,7 @@ def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any
 
 
 RENDER, MAPJ, NUTS = BENCH + "render.json", BENCH + "map.json", BENCH + "nuts.json"
+COLD = BENCH + "cold_start.json"
 CHUNK64 = "lax.map(vmap, batch_size=64)"
 
 # docs/benchmarks.md: the sections before "Host work per realization"
@@ -429,6 +431,37 @@ FIGURES += [
            j("tasks[2].logged_span_s", ".0f"), j("tasks[3].logged_span_s", ".0f"))),
     Fig(BM, "spends {}-{} s between its first and last log line", BENCH + "slurm.json",
         (j("tasks[2].logged_span_s", ".0f"), j("tasks[3].logged_span_s", ".0f"))),
+    # a later process's cold start (cold_start.json)
+    Fig(BM, "the 2-core CPU at load average {}-{} from other work", COLD,
+        (calc(lambda J: min(J(COLD, "info.load_average_start") + J(COLD, "load_average_end")), ".0f"),
+         calc(lambda J: max(J(COLD, "info.load_average_start") + J(COLD, "load_average_end")), ".1f"))),
+    Fig(BM, "| set-up (programs built, traced or loaded, compiled) | {} s | {} s | | persistent-cache hits / "
+        "misses | {} / {} | {} / {} | | programs exported / loaded | {} / {} | {} / {} | | (set-up + batch 1 "
+        "inference) / a warm batch's inference, per pair | {}, {}, {} | {}, {}, {} |", COLD,
+        (j("summary.before.second_process.setup_s", ".1f"), j("summary.after.second_process.setup_s", ".1f"),
+         *(calc(lambda J, m=m, k=k: statistics.median(r["second_process"][k] for r in J(COLD, f"runs.{m}")),
+                "d") for m in ("before", "after") for k in ("cache_hits", "cache_misses")),
+         *(calc(lambda J, m=m, k=k: statistics.median(r["second_process"][k] for r in J(COLD, f"runs.{m}")),
+                "d") for m in ("before", "after") for k in ("exported", "loaded")),
+         *(j(f"runs.{m}[{i}].second_process.first_over_warm_inference", ".2f")
+           for m in ("before", "after") for i in range(3)))),
+    Fig(BM, "In this record the ratio is {}-{} after against {}-{} before", COLD,
+        tuple(calc(lambda J, m=m, agg=agg: agg(r["second_process"]["first_over_warm_inference"]
+                                               for r in J(COLD, f"runs.{m}")), ".2f")
+              for m in ("after", "before") for agg in (min, max))),
+    Fig(BM, "The set-up that remains ({}-{} s in this record)", COLD,
+        tuple(calc(lambda J, agg=agg: agg(r["second_process"]["setup_s"] for r in J(COLD, "runs.after")), ".1f")
+              for agg in (min, max))),
+    Fig(BM, "the first batch's generator call ({} s, against {}-{} s before)", COLD,
+        (j("summary.after.second_process.first_simulation_s", ".1f"),
+         *(calc(lambda J, agg=agg: agg(r["second_process"]["first_simulation_s"] for r in J(COLD, "runs.before")),
+                ".1f") for agg in (min, max)))),
+    Fig(BM, "(set-up {} s against {} s, CPU {} s both, medians", COLD,
+        (j("summary.after.first_process.setup_s", ".1f"), j("summary.before.first_process.setup_s", ".1f"),
+         j("summary.after.first_process.process_cpu_s", ".0f"))),
+    Fig(BM, "{} s against {} s, CPU {} s both", COLD,
+        (j("summary.after.first_process.setup_s", ".1f"), j("summary.before.first_process.setup_s", ".1f"),
+         j("summary.before.first_process.process_cpu_s", ".0f"))),
 ]  # fmt: skip
 
 
