@@ -501,6 +501,16 @@ FIGURES += [
           j("speedup_over_unchunked_serial.threads", ".2f"),
           j("speedup_over_unchunked_serial.processes", ".2f"))),
     )],
+    # host work per realization (host.json, throughput.json, throughput_template.json)
+    Fig(BM, "on the 2-core box at load average {} at its start", HOST, (j("load_average_start[0]", ".1f"),)),
+    Fig(BM, "(issue 33: faster than the {} realizations/s of `403a300`, `throughput.json`)", THR,
+        (j("target[mode=threads].realizations_per_s", ".1f"),)),
+    Fig(BM, "campaign on the other core (load {}-{})", BENCH + "throughput_template.json",
+        tuple(calc(lambda J, agg=agg: agg(
+            [J(BENCH + "throughput_template.json", "load_average_start[0]"),
+             J(BENCH + "throughput_template.json", "load_average_end[0]")]
+            + [x["load_average"][i] for x in J(BENCH + "throughput_template.json", "target") for i in (0, 1)]),
+            ".1f") for agg in (min, max))),
 ]  # fmt: skip
 
 
