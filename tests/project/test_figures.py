@@ -364,6 +364,16 @@ def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any
     return lambda J: next(x for x in J(path, lst) if all(x.get(k) == v for k, v in match.items()))[field]
 
 
+def load_range(path: str, start: str = "load_average_start", end: str = "load_average_end") -> tuple[Value, Value]:
+    """The lowest and highest load average (1, 5 and 15 min) at the start and end of a run, ``.1f``."""
+    return tuple(calc(lambda J, agg=agg: agg(J(path, start) + J(path, end)), ".1f") for agg in (min, max))
+
+
+def chunk_row(cfg: str, method: str, batch: int, chunk: int, field: str) -> Callable[[Callable[..., Any]], Any]:
+    return rows_where(BENCH + "chunking.json", "rows." + field, config=f"configs/{cfg}.yaml", method=method,
+                      batch_size=batch, chunk=chunk)
+
+
 RENDER, MAPJ, NUTS = BENCH + "render.json", BENCH + "map.json", BENCH + "nuts.json"
 COLD, THR = BENCH + "cold_start.json", BENCH + "throughput.json"
 CHUNK64 = "lax.map(vmap, batch_size=64)"
@@ -511,6 +521,37 @@ FIGURES += [
              J(BENCH + "throughput_template.json", "load_average_end[0]")]
             + [x["load_average"][i] for x in J(BENCH + "throughput_template.json", "target") for i in (0, 1)]),
             ".1f") for agg in (min, max))),
+    # lanes in chunks on CPU (chunking.json)
+    Fig(BM, "quiet: load {}-{}, float64, median of 3 calls", BENCH + "chunking.json",
+        load_range(BENCH + "chunking.json"), cite="results/benchmarks/chunking.{json,png}"),
+    *[Fig(BM, f"| {name} | " + " | ".join("{}" if c == 0 else ("{} ({}x)" if c in chunks else "-")
+                                          for c in (0, 4, 8, 16, 32)) + " |", BENCH + "chunking.json",
+          tuple(v for c in (0, *chunks) for v in (
+              (calc(chunk_row(cfg, method, batch, c, "ms_per_realization"), fmt),)
+              + ((calc(chunk_row(cfg, method, batch, c, "speedup"), ".1f"),) if c else ()))),
+          cite="results/benchmarks/chunking.{json,png}")
+      for name, cfg, method, batch, chunks, fmt in (
+          ("Level 0, 48x48, MAP, batch 16", "level0", "map", 16, (4, 8), ".1f"),
+          ("Level 0, 48x48, MAP, batch 64", "level0", "map", 64, (4, 8, 16, 32), ".1f"),
+          ("Level 0, 48x48, MAP, batch 256", "level0", "map", 256, (4, 8, 16, 32), ".1f"),
+          ("survey S/N 30, 32x32, MAP, batch 64", "survey_snr30", "map", 64, (4, 8, 16, 32), ".1f"),
+          ("survey S/N 30, 32x32, MAP, batch 256", "survey_snr30", "map", 256, (4, 8, 16, 32), ".1f"),
+          ("survey S/N 30, 32x32, VI, batch 32", "survey_snr30", "vi", 32, (4, 8, 16), ".0f"),
+          ("survey S/N 30, 32x32, NUTS, batch 8", "survey_snr30", "nuts", 8, (4,), ",.0f"))],
+    Fig(BM, "Per realization the chunked MAP is {}-{}x faster and no longer slows down with the batch ({}-{} ms "
+        "from 16 to 256 lanes at Level 0, where one `vmap` went from {} to {} ms).", BENCH + "chunking.json",
+        (*(calc(lambda J, agg=agg: agg(r["speedup"] for r in J(BENCH + "chunking.json", "rows")
+                                       if r["method"] == "map" and r["chunk"] == 4), ".1f") for agg in (min, max)),
+         *(calc(lambda J, agg=agg: agg(r["ms_per_realization"] for r in J(BENCH + "chunking.json", "rows")
+                                       if r["config"] == "configs/level0.yaml" and r["chunk"] == 4), ".1f")
+           for agg in (min, max)),
+         calc(chunk_row("level0", "map", 16, 0, "ms_per_realization"), ".1f"),
+         calc(chunk_row("level0", "map", 256, 0, "ms_per_realization"), ".1f")),
+        cite="results/benchmarks/chunking.{json,png}"),
+    Fig(BM, "run {}x and {}x as fast in chunks", BENCH + "chunking.json",
+        (calc(chunk_row("survey_snr30", "vi", 32, 4, "speedup"), ".1f"),
+         calc(chunk_row("survey_snr30", "nuts", 8, 4, "speedup"), ".2f")),
+        cite="results/benchmarks/chunking.{json,png}"),
 ]  # fmt: skip
 
 
