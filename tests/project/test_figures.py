@@ -146,12 +146,48 @@ L0, L2 = "configs.level0.stages.", "configs.level2.stages."
 CPU2D, WIDE, GPU2D = VAL + "level2_cpu_2d/", VAL + "level2_cpu_2d_wide/", VAL + "level2_field_gpu/"
 E3 = VAL + "level2_2d_3e4/"
 CHAOS = BENCH + "chaos_slurm.json"
+RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 BM, VM, RM = "docs/benchmarks.md", "docs/validation.md", "README.md"
 
 
 def ratio(key: str) -> Value:
     return calc(lambda J: J(HOST, key) / J(HOST0, key), ".2f")
 
+
+def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any]], Any]:
+    """The field ``key`` of the first item of the list at ``path`` whose fields equal ``match``."""
+    lst, _, field = key.rpartition(".")
+    return lambda J: next(x for x in J(path, lst) if all(x.get(k) == v for k, v in match.items()))[field]
+
+
+def load_range(path: str, start: str = "load_average_start", end: str = "load_average_end") -> tuple[Value, Value]:
+    """The lowest and highest load average (1, 5 and 15 min) at the start and end of a run, ``.1f``."""
+    return tuple(calc(lambda J, agg=agg: agg(J(path, start) + J(path, end)), ".1f") for agg in (min, max))
+
+
+def chunk_row(cfg: str, method: str, batch: int, chunk: int, field: str) -> Callable[[Callable[..., Any]], Any]:
+    return rows_where(BENCH + "chunking.json", "rows." + field, config=f"configs/{cfg}.yaml", method=method,
+                      batch_size=batch, chunk=chunk)
+
+
+def sci_pm(pair: tuple[float, float]) -> str:
+    """``-2.5e-3 +- 1.5e-3``: a value and its error in units of the value's power of ten; ``0`` for 0."""
+    v, e = pair
+    if v == 0:
+        return "0"
+    ex = math.floor(math.log10(abs(v)))
+    return f"{v / 10**ex:+.1f}e{ex} +- {e / 10**ex:.1f}e{ex}"
+
+
+def galaxies_for(J: Callable[..., Any], sigma_m: float) -> float:
+    """Galaxies for ``sigma_m``: (sigma_m x sqrt(galaxies) of the 3,000-seed CPU campaign / sigma_m)^2."""
+    res = VAL + "level2_cpu_2d_wide/bias_results.json"
+    return (J(res, "m1_err") * math.sqrt(J(res, "fits.g1.n")) / sigma_m) ** 2
+
+
+RENDER, MAPJ, NUTS = BENCH + "render.json", BENCH + "map.json", BENCH + "nuts.json"
+COLD, THR = BENCH + "cold_start.json", BENCH + "throughput.json"
+CHUNK64 = "lax.map(vmap, batch_size=64)"
 
 FIGURES: list[Fig] = [
     # docs/benchmarks.md: host work per realization (host.json, host_before.json)
@@ -197,12 +233,43 @@ FIGURES: list[Fig] = [
               / (J(BENCH + "level2_campaign.json", "measured.runs[0].galaxies_per_s")
                  + J(BENCH + "level2_campaign.json", "measured.runs[3].galaxies_per_s")),
               ".2f"))),
+    Fig(BM, "quiet: load {}-{}; record `results/benchmarks/level2_campaign.json`", CAMP,
+        load_range(CAMP, "info.load_average_start")),
+    Fig(BM, "before issue 42 {} and {} (median {})", CAMP,
+        (j("measured.runs[0].galaxies_per_s", ".0f"), j("measured.runs[3].galaxies_per_s", ".0f"),
+         j("measured.median_galaxies_per_s.before", ".0f"))),
+    Fig(BM, "(median {}): {}x. With `campaign.draws: estimator` (the float32 estimator draws only) {} and {}", CAMP,
+        (j("measured.median_galaxies_per_s.shipped", ".0f"), j("measured.ratio", ".2f"),
+         j("measured.runs[2].galaxies_per_s", ".0f"), j("measured.runs[5].galaxies_per_s", ".0f"))),
+    Fig(BM, "(the program alone: {}, above)", RATE, (j("measured.rows[variant=shipped].galaxies_per_s", ".0f"),)),
+    Fig(BM, "sigma_m = 3e-4 (~{} million Level 2 galaxies, from sigma_m x sqrt(galaxies) of `level2_cpu_2d_wide/`) "
+        "is ~{} minutes", CAMP,
+        (calc(lambda J: galaxies_for(J, 3e-4) / 1e6, ".1f"),
+         calc(lambda J: galaxies_for(J, 3e-4) / J(CAMP, "measured.median_galaxies_per_s.shipped") / 60, ".0f"))),
     # Level 2's inference program (level2_rate.json)
-    *[Fig(BM, f"| {name} | " + "{} | {} |", BENCH + "level2_rate.json",
+    *[Fig(BM, f"| {name} | " + "{} | {} | {} | {} |", RATE,
           (j(f"measured.rows[variant={v}].median_batch_s", ".2f"),
-           j(f"measured.rows[variant={v}].galaxies_per_s", ".0f")))
-      for name, v in (("before (float64 stamps) | 1,000", "before"),
+           j(f"measured.rows[variant={v}].galaxies_per_s", ".0f"),
+           j(f"measured.ratio_to_before.{v}", ".2f"),
+           calc(lambda J, v=v: (J(RATE, f"measured.rows[variant={v}].dm1"),
+                                J(RATE, f"measured.rows[variant={v}].dm1_err")), sci_pm)))
+      for name, v in (("before (float64 stamps) | 1,000", "before"), ("200 draws | 200", "draws_200"),
+                      ("draws' stamps in float32 | 1,000", "draw_f32"),
+                      ("Gauss-Newton steps in float32 | 1,000", "gn_f32"),
                       ("shipped (all three) | 200", "shipped"))],
+    Fig(BM, "quiet: load {}-{}, float64; record `results/benchmarks/level2_rate.json`", RATE,
+        tuple(calc(lambda J, agg=agg: agg(r["load_after"][0] for r in J(RATE, "measured.rows")), ".1f")
+              for agg in (min, max))),
+    Fig(BM, "6 batches of 16 realizations (3,072 galaxies, seeds 0-23), the median of {} post-compile calls",
+        RATE, (j("settings.repeats", "d"),)),
+    Fig(BM, "so their shift of m is the lever's own: {} and {},", RATE,
+        tuple(j(f"measured.rows[variant={v}].dm1", lambda x: sci_pm((abs(x), 0)).split(" ")[0].lstrip("+"))
+              for v in ("draw_f32", "gn_f32"))),
+    Fig(BM, "Monte Carlo noise ({} sigma here;", RATE,
+        (calc(lambda J: abs(J(RATE, "measured.rows[variant=shipped].dm1"))
+              / J(RATE, "measured.rows[variant=shipped].dm1_err"), ".1f"),)),
+    Fig(BM, "The inference program reaches {} galaxies/s.", RATE,
+        (j("measured.rows[variant=shipped].galaxies_per_s", ".0f"),)),
     # cost per galaxy (cost.json)
     Fig(BM, "| gauss_newton, galaxies/s | {} | {} | {} | {} |", BENCH + "cost.json",
         tuple(j(f"vs_m[{i}].galaxies_per_s", ".0f") for i in (0, 2, 4, 5)),
@@ -357,26 +424,6 @@ FIGURES: list[Fig] = [
 ]  # fmt: skip
 
 
-
-def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any]], Any]:
-    """The field ``key`` of the first item of the list at ``path`` whose fields equal ``match``."""
-    lst, _, field = key.rpartition(".")
-    return lambda J: next(x for x in J(path, lst) if all(x.get(k) == v for k, v in match.items()))[field]
-
-
-def load_range(path: str, start: str = "load_average_start", end: str = "load_average_end") -> tuple[Value, Value]:
-    """The lowest and highest load average (1, 5 and 15 min) at the start and end of a run, ``.1f``."""
-    return tuple(calc(lambda J, agg=agg: agg(J(path, start) + J(path, end)), ".1f") for agg in (min, max))
-
-
-def chunk_row(cfg: str, method: str, batch: int, chunk: int, field: str) -> Callable[[Callable[..., Any]], Any]:
-    return rows_where(BENCH + "chunking.json", "rows." + field, config=f"configs/{cfg}.yaml", method=method,
-                      batch_size=batch, chunk=chunk)
-
-
-RENDER, MAPJ, NUTS = BENCH + "render.json", BENCH + "map.json", BENCH + "nuts.json"
-COLD, THR = BENCH + "cold_start.json", BENCH + "throughput.json"
-CHUNK64 = "lax.map(vmap, batch_size=64)"
 
 # docs/benchmarks.md: the sections before "Host work per realization"
 FIGURES += [
