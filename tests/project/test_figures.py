@@ -147,6 +147,7 @@ CPU2D, WIDE, GPU2D = VAL + "level2_cpu_2d/", VAL + "level2_cpu_2d_wide/", VAL + 
 E3 = VAL + "level2_2d_3e4/"
 CHAOS = BENCH + "chaos_slurm.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
+LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
 BM, VM, RM = "docs/benchmarks.md", "docs/validation.md", "README.md"
 
 
@@ -599,6 +600,38 @@ FIGURES += [
         (calc(chunk_row("survey_snr30", "vi", 32, 4, "speedup"), ".1f"),
          calc(chunk_row("survey_snr30", "nuts", 8, 4, "speedup"), ".2f")),
         cite="results/benchmarks/chunking.{json,png}"),
+    # MAP lanes refilled from the batch (lockstep.json, lockstep_chunk4.json)
+    Fig(BM, "load {}-{} with another process on the machine", LOCK,
+        tuple(calc(lambda J, agg=agg: agg([J(LOCK, "load_average_start[0]"), J(LOCK, "load_average_end[0]")]
+                                          + [r["load"] for r in J(LOCK, "rows")]), ".1f") for agg in (min, max)),
+        cite="results/benchmarks/lockstep.{json,png}"),
+    *[Fig(BM, f"| {name} | " + "{}, {}, {} | {} | {}, {}, {} | {}, {}, {} |", LOCK,
+          (*(j(f"summary.{key}.efficiency_per_batch[{i}]", ".2f") for i in range(3)),
+           j(f"summary.{key}.efficiency_pooled", ".2f"),
+           *(j(f"summary.{key}.seconds_per_batch[{i}]", ".2f") for i in range(3)),
+           *(j(f"summary.{key}.fit_seconds_per_batch[{i}]", ".2f") for i in range(3))),
+          cite="results/benchmarks/lockstep.{json,png}")
+      for name, key in (("lockstep (one `vmap` of 32)", "lockstep_32"), ("refilled, 8 lanes", "refill_8"))],
+    Fig(BM, "gave {}, {} and {} for the same batches", LOCK,
+        tuple(calc(rows_where(LOCK, "rows.efficiency_one_loop", program="lockstep", batch=i), ".2f")
+              for i in range(3)), cite="results/benchmarks/lockstep.{json,png}"),
+    Fig(BM, "The batch whose slowest fit took {} steps (the others' at most {}) ran {}x faster; the other two "
+        "{}x and {}x.", LOCK,
+        (calc(rows_where(LOCK, "rows.max_steps", program="lockstep", batch=1), "d"),
+         calc(lambda J: max(J(LOCK, f"rows[{i}].max_steps") for i in (0, 2)), "d"),
+         *(calc(lambda J, i=i: J(LOCK, f"summary.lockstep_32.seconds_per_batch[{i}]")
+                / J(LOCK, f"summary.refill_8.seconds_per_batch[{i}]"), f) for i, f in ((1, ".1f"), (0, ".2f"),
+                                                                                       (2, ".2f")))),
+        cite="results/benchmarks/lockstep.{json,png}"),
+    Fig(BM, "efficiency {} -> {} pooled ({} -> {} on the slow batch), {} s per batch both", LOCK4,
+        (j("summary.lockstep_4.efficiency_pooled", ".2f"), j("summary.refill_4.efficiency_pooled", ".2f"),
+         j("summary.lockstep_4.efficiency_per_batch[1]", ".2f"), j("summary.refill_4.efficiency_per_batch[1]", ".2f"),
+         j("summary.lockstep_4.median_seconds_per_batch", ".2f")),
+        cite="results/benchmarks/lockstep_chunk4.{json,png}"),
+    Fig(BM, "pooled ({} -> {} on the slow batch), {} s per batch both", LOCK4,
+        (j("summary.lockstep_4.efficiency_per_batch[1]", ".2f"), j("summary.refill_4.efficiency_per_batch[1]", ".2f"),
+         j("summary.refill_4.median_seconds_per_batch", ".2f")),
+        cite="results/benchmarks/lockstep_chunk4.{json,png}"),
 ]  # fmt: skip
 
 
