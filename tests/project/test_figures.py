@@ -148,6 +148,7 @@ E3 = VAL + "level2_2d_3e4/"
 CHAOS = BENCH + "chaos_slurm.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
+NL2, NL2B, NL2BA = (BENCH + f"nuts_level2{x}.json" for x in ("", "_band", "_band_at"))
 BM, VM, RM = "docs/benchmarks.md", "docs/validation.md", "README.md"
 
 
@@ -158,17 +159,31 @@ def ratio(key: str) -> Value:
 def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any]], Any]:
     """The field ``key`` of the first item of the list at ``path`` whose fields equal ``match``."""
     lst, _, field = key.rpartition(".")
-    return lambda J: next(x for x in J(path, lst) if all(x.get(k) == v for k, v in match.items()))[field]
+    return lambda J: next(x for x in J(path, lst) if all(x.get(k) == v for k, v in match.items()))[
+        field
+    ]
 
 
-def load_range(path: str, start: str = "load_average_start", end: str = "load_average_end") -> tuple[Value, Value]:
+def load_range(
+    path: str, start: str = "load_average_start", end: str = "load_average_end"
+) -> tuple[Value, Value]:
     """The lowest and highest load average (1, 5 and 15 min) at the start and end of a run, ``.1f``."""
-    return tuple(calc(lambda J, agg=agg: agg(J(path, start) + J(path, end)), ".1f") for agg in (min, max))
+    return tuple(
+        calc(lambda J, agg=agg: agg(J(path, start) + J(path, end)), ".1f") for agg in (min, max)
+    )
 
 
-def chunk_row(cfg: str, method: str, batch: int, chunk: int, field: str) -> Callable[[Callable[..., Any]], Any]:
-    return rows_where(BENCH + "chunking.json", "rows." + field, config=f"configs/{cfg}.yaml", method=method,
-                      batch_size=batch, chunk=chunk)
+def chunk_row(
+    cfg: str, method: str, batch: int, chunk: int, field: str
+) -> Callable[[Callable[..., Any]], Any]:
+    return rows_where(
+        BENCH + "chunking.json",
+        "rows." + field,
+        config=f"configs/{cfg}.yaml",
+        method=method,
+        batch_size=batch,
+        chunk=chunk,
+    )
 
 
 def sci_pm(pair: tuple[float, float]) -> str:
@@ -425,7 +440,6 @@ FIGURES: list[Fig] = [
 ]  # fmt: skip
 
 
-
 # docs/benchmarks.md: the sections before "Host work per realization"
 FIGURES += [
     Fig(BM, "Gaussian {}, elliptical Gaussian {}, Moffat beta 3.5 (elliptical) {}, truncated Moffat {} "
@@ -483,10 +497,10 @@ FIGURES += [
                                      "multi_device_process_s"))),
     Fig(BM, "| first to take the lock | {} / {} (it compiled) | {} s | {} s | | started with it | {} / {} | "
         "{} s | {} s | | second wave (two tasks) | {} / {} each | {} s | {}-{} s |", BENCH + "slurm.json",
-        tuple(j(f"tasks[{t}].{k}", ".0f") for t in (1, 0) for k in ("cache_hits", "cache_misses",
-                                                                      "lock_wait_s", "logged_span_s"))
-        + (j("tasks[2].cache_hits", "d"), j("tasks[2].cache_misses", "d"), j("tasks[2].lock_wait_s", ".0f"),
-           j("tasks[2].logged_span_s", ".0f"), j("tasks[3].logged_span_s", ".0f"))),
+        (*(j(f"tasks[{t}].{k}", ".0f") for t in (1, 0) for k in ("cache_hits", "cache_misses",
+                                                                   "lock_wait_s", "logged_span_s")),
+         j("tasks[2].cache_hits", "d"), j("tasks[2].cache_misses", "d"), j("tasks[2].lock_wait_s", ".0f"),
+         j("tasks[2].logged_span_s", ".0f"), j("tasks[3].logged_span_s", ".0f"))),
     Fig(BM, "spends {}-{} s between its first and last log line", BENCH + "slurm.json",
         (j("tasks[2].logged_span_s", ".0f"), j("tasks[3].logged_span_s", ".0f"))),
     # a later process's cold start (cold_start.json)
@@ -632,6 +646,56 @@ FIGURES += [
         (j("summary.lockstep_4.efficiency_per_batch[1]", ".2f"), j("summary.refill_4.efficiency_per_batch[1]", ".2f"),
          j("summary.refill_4.median_seconds_per_batch", ".2f")),
         cite="results/benchmarks/lockstep_chunk4.{json,png}"),
+    # NUTS at Level 2 and at survey S/N 30 (nuts_level2.json, nuts_level2_band.json, nuts_level2_band_at.json)
+    *[Fig(BM, f"| {setting} | {renderer} | {b}" + "{}" + f"{b} | {b}" + "{} of {}" + f"{b} | "
+          + "{} / {} | {} | {} x {} ms ({}%) |", rec,
+          (j(f"rows[{i}].s_per_realization", ".1f"), j(f"rows[{i}].n_meet", "d"), j(f"rows[{i}].n", "d"),
+           j(f"rows[{i}].ess_g_min", ",.0f"), j(f"rows[{i}].ess_g_median", ",.0f"), j(f"rows[{i}].rhat_g_max", ".4f"),
+           j(f"rows[{i}].leapfrog_steps_per_call", ",.0f"), j(f"rows[{i}].value_and_grad_s", lambda v: f"{v * 1e3:.2f}"),
+           j(f"rows[{i}].gradient_share", lambda v: f"{v * 100:.0f}")), cite=rec.rsplit("/", 1)[1])
+      for setting, renderer, rec, i, b in (
+          ("200 / 500 x 4, depth 4 / 3 (level2.yaml before)", "every alias", NL2, 0, ""),
+          ("100 / 400 x 4, depth 3 / 3", "every alias", NL2, 1, ""),
+          ("100 / 600 x 4, depth 3 / 3", "every alias", NL2, 2, ""),
+          ("100 / 500 x 4, depth 3 / 3", "alias band 0.75, zero-padded", NL2B, 0, ""),
+          ("100 / 600 x 4, depth 3 / 3", "alias band 0.75, zero-padded", NL2B, 1, ""),
+          ("100 / 500 x 4, depth 3 / 3", "alias band 0.75, as shipped", NL2BA, 0, ""),
+          ("**100 / 600 x 4, depth 3 / 3 (level2.yaml now)**", "alias band 0.75, as shipped", NL2BA, 1, "**"))],
+    Fig(BM, "Quiet machine (load {}-{})", NL2, tuple(calc(lambda J, agg=agg: agg(
+        v for r in (NL2, NL2B, NL2BA) for k in ("load_average_start", "load_average_end") for v in J(r, k)), ".1f")
+        for agg in (min, max)), cite="results/benchmarks/nuts_level2.json"),
+    Fig(BM, "ESS within {}%), so their rows differ in time, by {}-{}% in the gradient and {}-{}% in the wall",
+        NL2BA, (calc(lambda J: 100 * max(abs(J(NL2BA, f"rows[{i}].{k}") / J(NL2B, f"rows[{i}].{k}") - 1)
+                                         for i in (0, 1) for k in ("ess_g_min", "ess_g_median")), ".0f"),
+                *(calc(lambda J, agg=agg, k=k: 100 * agg(J(NL2BA, f"rows[{i}].{k}") / J(NL2B, f"rows[{i}].{k}") - 1
+                                                         for i in (0, 1)), ".0f")
+                  for k in ("value_and_grad_s", "s_per_realization") for agg in (min, max))),
+        cite="_band_at.json"),
+    Fig(BM, "**What bounds it.** {}-{}% of the wall is the potential's gradient", NL2,
+        tuple(calc(lambda J, agg=agg: 100 * agg(r["gradient_share"] for p in (NL2, NL2B, NL2BA)
+                                                for r in J(p, "rows") if r["config"] == "level2"), ".0f")
+              for agg in (min, max)), cite="results/benchmarks/nuts_level2.json"),
+    Fig(BM, "adapts to step {}-{} and also runs {} steps per draw (ESS per draw {} with 100 warm-up iterations, {} "
+        "with 200), where Level 2 gets {}-{}", NL2,
+        (j("gaussian_reference[0].step_size_median", ".2f", NL2B), j("gaussian_reference[0].step_size_median", ".2f"),
+         j("gaussian_reference[0].n_steps_mean", ".0f"),
+         j("gaussian_reference[0].ess_per_draw_median", ".2f", NL2B), j("gaussian_reference[0].ess_per_draw_median", ".2f"),
+         *(calc(lambda J, agg=agg: agg(r["step_size_median"] for p in (NL2, NL2B, NL2BA)
+                                       for r in J(p, "rows") if r["config"] == "level2"), ".2f")
+           for agg in (min, max))), cite="results/benchmarks/nuts_level2.json"),
+    Fig(BM, "the table's 100 / 600 rows: {} -> {} ms", NL2BA,
+        (j("rows[2].value_and_grad_s", lambda v: f"{v * 1e3:.2f}", NL2), j("rows[1].value_and_grad_s", lambda v: f"{v * 1e3:.2f}")),
+        cite="results/benchmarks/nuts_level2.json"),
+    Fig(BM, "300 x {}-{} s + one {} s compile = **{}-{} min** from the benchmark", NL2B,
+        (j("rows[1].s_per_realization", ".1f"), j("rows[1].s_per_realization", ".1f", NL2BA), j("rows[1].compile_s", ".0f"),
+         calc(lambda J: (300 * J(NL2B, "rows[1].s_per_realization") + J(NL2B, "rows[1].compile_s")) / 60, ".0f"),
+         calc(lambda J: (300 * J(NL2BA, "rows[1].s_per_realization") + J(NL2B, "rows[1].compile_s")) / 60, ".0f")),
+        cite="results/benchmarks/nuts_level2.json"),
+    Fig(BM, "against the benchmark's {} s per batch of 2", NL2B, (j("rows[1].median_s", ".1f"),),
+        cite="results/benchmarks/nuts_level2.json"),
+    Fig(BM, "10, before the alias band): {} ESS(g) per second per galaxy ({} s per galaxy for min ESS {})", NL2,
+        (j("rows[3].ess_g_per_s", ".0f"), j("rows[3].s_per_galaxy", ".1f"), j("rows[3].ess_g_min", ".0f")),
+        cite="results/benchmarks/nuts_level2.json"),
 ]  # fmt: skip
 
 
