@@ -148,6 +148,7 @@ E3 = VAL + "level2_2d_3e4/"
 CHAOS = BENCH + "chaos_slurm.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
+SCAL = BENCH + "scaling.json"
 NL2, NL2B, NL2BA = (BENCH + f"nuts_level2{x}.json" for x in ("", "_band", "_band_at"))
 BM, VM, RM = "docs/benchmarks.md", "docs/validation.md", "README.md"
 
@@ -162,6 +163,11 @@ def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any
     return lambda J: next(x for x in J(path, lst) if all(x.get(k) == v for k, v in match.items()))[
         field
     ]
+
+
+def nuts_l2_s(J: Callable[..., Any]) -> float:
+    """scaling.json's NUTS at M = 8 (2 chains x 200 transitions) scaled to M = 32, 700 transitions x 4 chains."""
+    return 1 / J(SCAL, "nuts_vs_m[1].realizations_per_s") * (32 / 8) * (700 / 200) * (4 / 2)
 
 
 def load_range(
@@ -696,6 +702,39 @@ FIGURES += [
     Fig(BM, "10, before the alias band): {} ESS(g) per second per galaxy ({} s per galaxy for min ESS {})", NL2,
         (j("rows[3].ess_g_per_s", ".0f"), j("rows[3].s_per_galaxy", ".1f"), j("rows[3].ess_g_min", ".0f")),
         cite="results/benchmarks/nuts_level2.json"),
+    # scaling with galaxies per realization (scaling.json; one timed call each)
+    Fig(BM, "quiet: load average {}-{}; commit `4f28827`", SCAL, load_range(SCAL)),
+    Fig(BM, "| MAP + Laplace, s per realization | {} | {} | {} | {} |", SCAL,
+        tuple(j(f"map_vs_m[{i}].realizations_per_s", lambda v, f=f: format(1 / v, f))
+              for i, f in ((0, ".2f"), (1, ".2f"), (2, ".1f"), (3, ".0f")))),
+    Fig(BM, "| MAP, compiled program MiB | {} | {} | {} | {} |", SCAL,
+        tuple(j(f"map_vs_m[{i}].program_mib", f) for i, f in ((0, ".1f"), (1, ".0f"), (2, ".0f"), (3, ",.0f")))),
+    Fig(BM, "| MAP with the dense `jax.hessian`, s / MiB | | {} / {} | | |", SCAL,
+        (j("map_vs_m_dense[0].realizations_per_s", lambda v: f"{1 / v:.1f}"),
+         j("map_vs_m_dense[0].program_mib", ".0f"))),
+    Fig(BM, "| NUTS (2 chains x 100 warm-up + 100 draws), s per realization / MiB | {} / {} | {} / {} | | |", SCAL,
+        tuple(v for i in (0, 1) for v in (j(f"nuts_vs_m[{i}].realizations_per_s", lambda v: f"{1 / v:.1f}"),
+                                          j(f"nuts_vs_m[{i}].program_mib", ".1f" if i == 0 else ".0f")))),
+    Fig(BM, "Memory is linear in M ({} MiB per galaxy) and in B ({}, {}, {} MiB for B = 1, 2, 4 at M = 8); the "
+        "process peaked at {} MiB RSS (M = 128). Wall time grows faster than M (x{} from 32 to 128)", SCAL,
+        (calc(lambda J: (J(SCAL, "map_vs_m[3].program_mib") - J(SCAL, "map_vs_m[0].program_mib")) / 127, ".1f"),
+         *(j(f"map_vs_b[{i}].program_mib", ".0f") for i in range(3)),
+         j("map_vs_m[3].peak_rss_mib", ",.0f"),
+         calc(lambda J: J(SCAL, "map_vs_m[2].realizations_per_s") / J(SCAL, "map_vs_m[3].realizations_per_s"),
+              ".0f"))),
+    Fig(BM, "({}, {}, {} s at B = 1, 2, 4)", SCAL,
+        tuple(j(f"map_vs_b[{i}].realizations_per_s", lambda v: f"{1 / v:.2f}") for i in range(3))),
+    Fig(BM, "The block-arrow Hessian is {}x faster and {}x smaller than the dense one at M = 8", SCAL,
+        (calc(lambda J: J(SCAL, "map_vs_m_dense[0].median_s") / J(SCAL, "map_vs_m[1].median_s"), ".1f"),
+         calc(lambda J: J(SCAL, "map_vs_m_dense[0].program_mib") / J(SCAL, "map_vs_m[1].program_mib"), ".0f"))),
+    Fig(BM, "NUTS with 200 short transitions costs {} s per realization at M = 1 and {} s at M = 8", SCAL,
+        tuple(j(f"nuts_vs_m[{i}].realizations_per_s", lambda v: f"{1 / v:.1f}") for i in (0, 1))),
+    Fig(BM, "that extrapolates to ~{} minutes per realization here (~{} CPU-hours for Level 2's 288 images)", SCAL,
+        (calc(lambda J: nuts_l2_s(J) / 60, ".0f"), calc(lambda J: nuts_l2_s(J) * 288 / 3600, ".0f"))),
+    Fig(BM, "Compilation: {}-{} s per MAP program, {}-{} s per NUTS program", SCAL,
+        (*(calc(lambda J, agg=agg: agg(r["compile_s"] for k in ("map_vs_m", "map_vs_b") for r in J(SCAL, k)), ".0f")
+           for agg in (min, max)),
+         *(calc(lambda J, agg=agg: agg(r["compile_s"] for r in J(SCAL, "nuts_vs_m")), ".0f") for agg in (min, max)))),
 ]  # fmt: skip
 
 
