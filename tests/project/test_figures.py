@@ -735,6 +735,16 @@ FIGURES += [
         (*(calc(lambda J, agg=agg: agg(r["compile_s"] for k in ("map_vs_m", "map_vs_b") for r in J(SCAL, k)), ".0f")
            for agg in (min, max)),
          *(calc(lambda J, agg=agg: agg(r["compile_s"] for r in J(SCAL, "nuts_vs_m")), ".0f") for agg in (min, max)))),
+    # kill and restart at random moments (chaos.json)
+    Fig(BM, "record `chaos.json`, load {}-{}): a {}-realization Level 0", BENCH + "chaos.json",
+        (j("load_average_end[0]", ".0f"), j("info.load_average_start[0]", ".0f"), j("n_planned", "d"))),
+    Fig(BM, "two processes at a time, {} kills (one SIGTERM: exit {} in {} s), {} starts: {} of {} complete, all MAP "
+        "draws bit-identical", BENCH + "chaos.json",
+        (j("kills", "d"), j("sigterm[0].exit", "d"), j("sigterm[0].stop_s", ".1f"),
+         calc(lambda J: sum(J(BENCH + "chaos.json", "starts").values()), "d"), j("draws_bit_identical", "d"),
+         j("n_planned", "d"))),
+    Fig(BM, "(reference {} s, chaos {} s)", BENCH + "chaos.json",
+        (j("reference_wall_s", ".0f"), j("chaos_wall_s", ".0f"))),
 ]  # fmt: skip
 
 
