@@ -745,6 +745,16 @@ FIGURES += [
          j("n_planned", "d"))),
     Fig(BM, "(reference {} s, chaos {} s)", BENCH + "chaos.json",
         (j("reference_wall_s", ".0f"), j("chaos_wall_s", ".0f"))),
+    # stages 2 and 3 at field scale (stages_scale.json; level2_cpu_2d_wide/printed.txt)
+    Fig(BM, "Sizes {}x apart", BENCH + "stages_scale.json",
+        (calc(lambda J: J(BENCH + "stages_scale.json", "measured.stats_median.large.galaxies")
+              / J(BENCH + "stages_scale.json", "measured.stats_median.small.galaxies"), ".1f"),)),
+    Fig(BM, "holds to ~{} million galaxies, not beyond", BENCH + "stages_scale.json",
+        (j("measured.rss_growth.galaxies_at_bound", lambda v: f"{v / 1e6:.0f}"),)),
+    Fig(BM, "Before issue 43: {} with a peak RSS of {} kB for {} galaxies at 1,000 draws", WIDE + "printed.txt",
+        (txt(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)"),
+         txt(r"Maximum resident set size \(kbytes\): (\d+)"),
+         j("fits.g1.n", ",d", WIDE + "bias_results.json")), cite="level2_cpu_2d_wide/printed.txt"),
 ]  # fmt: skip
 
 
