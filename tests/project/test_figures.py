@@ -84,15 +84,20 @@ def calc(fn: Callable[[Callable[..., Any]], Any], fmt: str | Callable[[Any], str
     return read
 
 
-def txt(pattern: str, path: str | None = None) -> Value:
-    """The first group of ``pattern`` in a printed record, as printed."""
+def txt(pattern: str, path: str | None = None, conv: Callable[[str], str] | None = None) -> Value:
+    """The first group of ``pattern`` in a printed record, as printed (``conv``: only a
+    change of notation, such as thousands separators, never a rounding)."""
 
     def read(record: str) -> str:
         m = re.search(pattern, load(path or record), re.M)
         assert m, f"{path or record}: no match for {pattern!r}"
-        return m.group(1)
+        return conv(m.group(1)) if conv else m.group(1)
 
     return read
+
+
+def int_commas(s: str) -> str:
+    return f"{int(s):,}"
 
 
 def e3(digits: int = 2, sign: bool = True) -> Callable[[float], str]:
@@ -168,6 +173,27 @@ def rows_where(path: str, key: str, **match: Any) -> Callable[[Callable[..., Any
 def nuts_l2_s(J: Callable[..., Any]) -> float:
     """scaling.json's NUTS at M = 8 (2 chains x 200 transitions) scaled to M = 32, 700 transitions x 4 chains."""
     return 1 / J(SCAL, "nuts_vs_m[1].realizations_per_s") * (32 / 8) * (700 / 200) * (4 / 2)
+
+
+def collapsed_pct(J: Callable[..., Any], folder: str) -> float:
+    """The percentage of a campaign's pooled galaxies with collapsed population weights."""
+    res = folder + "bias_results.json"
+    return (
+        100 * sum(p["n_collapsed"] for p in J(res, "population.grid_points")) / J(res, "fits.g1.n")
+    )
+
+
+def gpu_sigma_m(J: Callable[..., Any]) -> float:
+    """The H100 campaign's sigma_m: the mean of m1's and m2's errors."""
+    return (
+        J(GPU2D + "validation.json", "result.m1_err")
+        + J(GPU2D + "validation.json", "result.m2_err")
+    ) / 2
+
+
+def gpu_factor(J: Callable[..., Any], sigma_m: float) -> float:
+    """How many times the H100 campaign's galaxies ``sigma_m`` needs (sigma_m as 1/sqrt(galaxies))."""
+    return (gpu_sigma_m(J) / sigma_m) ** 2
 
 
 def load_range(
@@ -299,19 +325,21 @@ FIGURES: list[Fig] = [
     # docs/validation.md: the CPU campaigns (bias-stats' printed lines, as printed)
     *[Fig(VM, f"| {c} | " + "{} | {} |", CPU2D + "printed.txt", stat(c, CPU2D + "printed.txt"),
           cite="level2_cpu_2d/") for c in ("m1", "m2", "c1", "c2")],
-    Fig(VM, "Coverage passes (g1 {} / {}, g2 {} / {} at 68% / 95%); {} galaxies (0.19%)",
+    Fig(VM, "Coverage passes (g1 {} / {}, g2 {} / {} at 68% / 95%); {} galaxies ({}%)",
         CPU2D + "printed.txt",
         (*(txt(rf"coverage {g} {p}%\s+(\S+)") for g in ("g1", "g2") for p in (68, 95)),
-         txt(r"(\d+) galaxies with collapsed weights")), cite="level2_cpu_2d/"),
+         txt(r"(\d+) galaxies with collapsed weights"), calc(lambda J: collapsed_pct(J, CPU2D), ".2f")),
+        cite="level2_cpu_2d/"),
     *[Fig(VM, f"| {c} | " + "{} | {} |", WIDE + "printed.txt", stat(c, WIDE + "printed.txt"),
           cite="level2_cpu_2d_wide/") for c in ("m1", "m2", "c1", "c2")],
     Fig(VM, "| | value | 1 sigma (jackknife over {} seeds) |", WIDE + "bias_results.json",
         (j("fits.g1.n_groups", "d"),), cite="level2_cpu_2d_wide/"),
-    Fig(VM, "Coverage passes (g1 {} / {}, g2 {} / {} at 68% / 95%); {} galaxies (0.19%)",
+    Fig(VM, "Coverage passes (g1 {} / {}, g2 {} / {} at 68% / 95%); {} galaxies ({}%)",
         WIDE + "printed.txt",
         (*(txt(rf"coverage {g} {p}%\s+(\S+)") for g in ("g1", "g2") for p in (68, 95)),
          j("population.grid_points", lambda p: f"{sum(x['n_collapsed'] for x in p):,}",
-           WIDE + "bias_results.json")), cite="level2_cpu_2d_wide/"),
+           WIDE + "bias_results.json"), calc(lambda J: collapsed_pct(J, WIDE), ".2f")),
+        cite="level2_cpu_2d_wide/"),
     Fig(VM, "INCONCLUSIVE. sigma_m = {} (sigma_m x sqrt(galaxies) = {}).", WIDE + "bias_results.json",
         (j("m1_err", lambda v: f"{v * 1e4:.1f}e-4"), calc(lambda J: J(WIDE + "bias_results.json", "m1_err")
                                   * math.sqrt(J(WIDE + "bias_results.json", "fits.g1.n")), ".2f")),
@@ -319,13 +347,103 @@ FIGURES: list[Fig] = [
     Fig(VM, "it was m1 = {} ± {}, m2 = {} ± {}, c1 = {} ± {}, c2 = {} ± {}: the c1 of",
         WIDE + "printed_2500.txt",
         tuple(v for c in ("m1", "m2", "c1", "c2") for v in stat(c, WIDE + "printed_2500.txt"))),
-    Fig(VM, "`bias-stats` took {} (437 s) with a peak RSS of {} kB", WIDE + "printed.txt",
+    Fig(VM, "`bias-stats` took {} ({} s) with a peak RSS of {} kB ({} GiB;", WIDE + "printed.txt",
         (txt(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)"),
-         txt(r"Maximum resident set size \(kbytes\): (\d+)"))),
+         calc(lambda J: sum(float(x) * 60**i for i, x in enumerate(reversed(re.search(
+             r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", J(WIDE + "printed.txt", "")).group(1)
+             .split(":")))), ".0f"),
+         txt(r"Maximum resident set size \(kbytes\): (\d+)"),
+         calc(lambda J: int(re.search(r"Maximum resident set size \(kbytes\): (\d+)",
+                                      J(WIDE + "printed.txt", "")).group(1)) / 2**20, ".1f"))),
     *[Fig(VM, "is m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {} from 227,200",
           CPU2D + "bias_results.json",
           tuple(calc(ivw(c, e), e3(2, not e)) for c in ("m1", "m2", "c1", "c2")
                 for e in (False, True)), cite="level2_field_gpu/")],
+    # docs/validation.md, "The interim draws and their weights": the H100 campaign (level2_field_gpu/)
+    Fig(VM, "stopped the planned 32,000 images after {} ({} batches of {} lanes:", GPU2D + "validation.json",
+        (j("level2.realizations", ",d"), calc(lambda J: {2: "two"}[J(GPU2D + "validation.json", "level2.n_batches")], "s"),
+         j("level2.batch_lanes", ",d")), cite="level2_field_gpu/"),
+    Fig(VM, "i.e. {} complete seeds of the first grid pair, {} galaxies", GPU2D + "bias_results.json",
+        (j("fits.g1.n_groups", "d"), j("fits.g1.n", ",d")), cite="level2_field_gpu/"),
+    Fig(VM, "| | value | 1 sigma (jackknife over {} seeds) |", GPU2D + "bias_results.json", (j("fits.g1.n_groups", "d"),),
+        cite="level2_field_gpu/"),
+    Fig(VM, "Coverage passes (g1 {} / {}, g2 {} / {} at 68% / 95%); {} of the {} galaxies ({}%) have "
+        "collapsed population weights at the pooled estimate (proposal importance ESS < 10%: {} of a {}-galaxy "
+        "sample, {}%, 95% upper bound {}%); the pooled fits converged with a numerical error of {} in g.", GPU2D + "bias_results.json",
+        (*(calc(lambda J, g=g, p=p: J(GPU2D + "bias_results.json", "coverage")[g][p]["observed"], ".3f")
+           for g in ("g1", "g2") for p in ("0.68", "0.95")),
+         j("population.grid_points", lambda p: str(sum(x["n_collapsed"] for x in p))), j("fits.g1.n", ",d"),
+         calc(lambda J: collapsed_pct(J, GPU2D), ".2f"),
+         j("ess.below_10pct", "d", GPU2D + "validation.json"), j("ess.galaxies", ",d", GPU2D + "validation.json"),
+         j("ess.below_10pct_fraction", lambda v: f"{100 * v:.2f}", GPU2D + "validation.json"),
+         j("ess.binomial_95_upper", lambda v: f"{100 * v:.2f}", GPU2D + "validation.json"),
+         j("population.grid_points", lambda p: f"{max(max(x['g1_num_err'], x['g2_num_err']) for x in p):.1e}")),
+        cite="level2_field_gpu/"),
+    Fig(VM, "m1, m2 are consistent with zero at sigma_m ~{}, not yet at the 3e-4 of issue 34. Scaling sigma_m as "
+        "1/sqrt(galaxies), 3e-4 needs ~{} million galaxies (~{} images of 32), {}x this run: at the rate measured "
+        "here ({} galaxies/s after the compile, the slowest lane setting each batch's time) ~{} minutes of one "
+        "H100, plus ~{} minutes of `bias-extract` and `bias-stats` ({} s and {} s here for {} images); 5e-4 needs "
+        "~{}x (~{} galaxies). c1 is {} sigma here and was {} +- {} in `level2_interim_2d/`", GPU2D + "validation.json",
+        (calc(gpu_sigma_m, lambda v: f"{v * 1e3:.2f}e-3"), calc(lambda J: gpu_factor(J, 3e-4) * J(GPU2D + "bias_results.json", "fits.g1.n") / 1e6, ".1f"),
+         calc(lambda J: round(gpu_factor(J, 3e-4) * J(GPU2D + "bias_results.json", "fits.g1.n") / 32, -3), ",.0f"),
+         calc(lambda J: gpu_factor(J, 3e-4), ".0f"), j("level2.galaxies_per_s_post_compile", ",.0f"),
+         calc(lambda J: gpu_factor(J, 3e-4) * J(GPU2D + "bias_results.json", "fits.g1.n") / J(GPU2D + "validation.json", "level2.galaxies_per_s_post_compile")
+              / 60, ".0f"),
+         calc(lambda J: gpu_factor(J, 3e-4) * (J(GPU2D + "validation.json", "extract.wall_s") + J(GPU2D + "validation.json", "stats.wall_s")) / 60, ".0f"),
+         j("extract.wall_s", ".0f"), j("stats.wall_s", ".0f"), j("level2.realizations", ",d"),
+         calc(lambda J: gpu_factor(J, 5e-4), ".1f"),
+         calc(lambda J: round(gpu_factor(J, 5e-4) * J(GPU2D + "bias_results.json", "fits.g1.n"), -4), ",.0f"),
+         calc(lambda J: J(GPU2D + "validation.json", "result.c1") / J(GPU2D + "validation.json", "result.c1_err"), ".1f"),
+         j("c1", "+.4f", VAL + "level2_interim_2d/bias_results.json"),
+         j("c1_err", ".4f", VAL + "level2_interim_2d/bias_results.json")), cite="level2_field_gpu/"),
+    Fig(VM, "The 3 failed fits of that run (`level2_field_gpu/validation.json`: {} of {} images used)", GPU2D + "validation.json",
+        (j("result.n_used", "d"), j("level2.realizations", "d")), cite="level2_field_gpu/validation.json"),
+    Fig(VM, "The {} failed fits of that run", GPU2D + "validation.json",
+        (calc(lambda J: J(GPU2D + "validation.json", "level2.realizations") - J(GPU2D + "validation.json", "result.n_used"), "d"),),
+        cite="level2_field_gpu/validation.json"),
+    Fig(VM, "(that batch's lockstep efficiency {})", GPU2D + "validation.json", (j("level2.lockstep_efficiency.2", lambda v: f"{float(v):.2f}"),),
+        cite="level2_field_gpu/validation.json"),
+    # the CPU campaigns (level2_cpu_2d/, level2_cpu_2d_wide/: bias-stats' printed.txt and bias_results.json)
+    Fig(VM, "{} seeds ({} images, {} galaxies used; {} image failed", CPU2D + "printed.txt",
+        (txt(r"\((\d+) independent seeds\)"), txt(r"used \d+ of (\d+) realization", conv=int_commas),
+         j("fits.g1.n", ",d", CPU2D + "bias_results.json"),
+         txt(r"excluded: status failed: (\d+)", conv=lambda n: {"1": "one"}.get(n, n))),
+        cite="level2_cpu_2d/"),
+    Fig(VM, "the pooled fits' numerical error is {} in m units. Verdict {}.", CPU2D + "printed.txt",
+        (txt(r"\((\S+) in m units\)"), txt(r"^verdict: (\w+)")), cite="level2_cpu_2d/"),
+    Fig(VM, "the two c1 are {} +- {} and {} +- {}", CPU2D + "bias_results.json",
+        (j("result.c1", e3(2), GPU2D + "validation.json"), j("result.c1_err", e3(2, False), GPU2D + "validation.json"),
+         j("c1", e3(2)), j("c1_err", e3(2, False))), cite="level2_cpu_2d/"),
+    Fig(VM, "from {} galaxies: no additive term tied to the PSF's e1 = 0.01 at that precision, and m1, m2 consistent "
+        "with zero at sigma_m ~{}.", CPU2D + "bias_results.json",
+        (calc(lambda J: J(CPU2D + "bias_results.json", "fits.g1.n") + J(GPU2D + "bias_results.json", "fits.g1.n"), ",d"),
+         calc(lambda J: (ivw("m1", True)(J) + ivw("m2", True)(J)) / 2, lambda v: f"{v * 1e4:.1f}e-4")),
+        cite="level2_field_gpu/"),
+    Fig(VM, "two CPU devices in one process hang, see [GPUs](gpus.md); how two processes compare with one in "
+        "galaxies/s is not recorded), {} images, {} galaxies pooled ({} images failed: optimiser not "
+        "converged). `bias-stats --requirement lsst-project` (`printed.txt`, as printed; {} seeds used, {} of "
+        "them in whole rings", WIDE + "printed.txt",
+        (txt(r"used \d+ of (\d+) realization", conv=int_commas), j("fits.g1.n", ",d", WIDE + "bias_results.json"),
+         txt(r"OPT_NOT_CONVERGED: (\d+)"), txt(r"\((\d+) independent seeds\)"),
+         txt(r"galaxies of (\d+) seeds")), cite="level2_cpu_2d_wide/"),
+    Fig(VM, "the pooled fits' numerical error is at most {} in m units. Verdict {}.", WIDE + "printed.txt",
+        (txt(r"\((\S+) in m units\)"), txt(r"^verdict: (\w+)")), cite="level2_cpu_2d_wide/"),
+    Fig(VM, "At 2,500 seeds ({} galaxies, `printed_2500.txt`, as printed)", WIDE + "printed_2500.txt",
+        (txt(r"pooled per grid point: (\d+) galaxies", conv=int_commas),), cite="level2_cpu_2d_wide/"),
+    Fig(VM, "the c1 of {} at 500 seeds was a fluctuation", CPU2D + "bias_results.json", (j("c1", e3(1)),),
+        cite="level2_cpu_2d/"),
+    # what sigma_m <= 3e-4 costs
+    Fig(VM, "The 3,000-seed campaign gives sigma_m x sqrt(galaxies) = {} (`level2_cpu_2d_wide/bias_results.json`: "
+        "m1's error x sqrt({})), so sigma_m = 5e-4 needs ~{} galaxies (reached there) and 3e-4 ~{} million.",
+        WIDE + "bias_results.json",
+        (calc(lambda J: math.sqrt(galaxies_for(J, 1.0)), ".2f"), j("fits.g1.n", ",d"),
+         calc(lambda J: round(galaxies_for(J, 5e-4), -4), ",.0f"), calc(lambda J: galaxies_for(J, 3e-4) / 1e6, ".1f")),
+        cite="level2_cpu_2d_wide/bias_results.json"),
+    Fig(VM, "Level 2 as shipped now runs at {} galaxies/s through `bias-run` after the compile", CAMP,
+        (j("measured.median_galaxies_per_s.shipped", ".0f"),)),
+    Fig(VM, "On one H100 the config before issue 42 ran at {} galaxies/s after the compile "
+        "(`level2_field_gpu/validation.json`)", GPU2D + "validation.json", (j("level2.galaxies_per_s_post_compile", ",.0f"),),
+        cite="level2_field_gpu/validation.json"),
     # the 3e-4 campaign (level2_2d_3e4/: printed.txt and validation.json, written by run.sh
     # and bench/campaign_record.py)
     *[Fig(VM, f"| {c} | " + "{} | {} |", E3 + "printed.txt", stat(c, E3 + "printed.txt"),
