@@ -151,6 +151,9 @@ L0, L2 = "configs.level0.stages.", "configs.level2.stages."
 CPU2D, WIDE, GPU2D = VAL + "level2_cpu_2d/", VAL + "level2_cpu_2d_wide/", VAL + "level2_field_gpu/"
 E3 = VAL + "level2_2d_3e4/"
 CHAOS = BENCH + "chaos_slurm.json"
+NB = VAL + "noise_bias/"
+NBMAP, NBVI, NBNUTS = (VAL + f"noise_bias/noise_bias_{m}.json" for m in ("map", "vi", "nuts"))
+INTERIM = VAL + "survey_snr30_interim/validation.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
 SCAL = BENCH + "scaling.json"
@@ -194,6 +197,13 @@ def gpu_sigma_m(J: Callable[..., Any]) -> float:
 def gpu_factor(J: Callable[..., Any], sigma_m: float) -> float:
     """How many times the H100 campaign's galaxies ``sigma_m`` needs (sigma_m as 1/sqrt(galaxies))."""
     return (gpu_sigma_m(J) / sigma_m) ** 2
+
+
+def interim_per_1000(J: Callable[..., Any]) -> tuple[float, float]:
+    """The interim campaign's paired and unpaired sigma_m scaled to 1,000 realizations."""
+    n = J(INTERIM, "ring.n_realizations")
+    unpaired = J(INTERIM, "unpaired_same_images.sigma_m_unpaired_same_n")
+    return J(INTERIM, "ring.m1_err") * math.sqrt(n / 1000), unpaired * math.sqrt(n / 1000)
 
 
 def load_range(
@@ -359,6 +369,56 @@ FIGURES: list[Fig] = [
           CPU2D + "bias_results.json",
           tuple(calc(ivw(c, e), e3(2, not e)) for c in ("m1", "m2", "c1", "c2")
                 for e in (False, True)), cite="level2_field_gpu/")],
+    # docs/validation.md: noise bias and planning (noise_bias/; survey_snr30_interim/validation.json)
+    Fig(VM, "| MAP (joint mode), {} / {} / {} seed pairs | m1 = {} +- {} | m1 = {} +- {} | m1 = {} +- {} |", NBMAP,
+        (*(j(f"rows[snr={snr}].n_realizations", lambda v: f"{v // 2:,}") for snr in (15, 30, 100)),
+         *(v for snr in (15, 30, 100) for v in (j(f"rows[snr={snr}].m1", "+.4f"), j(f"rows[snr={snr}].m1_err", ".4f")))),
+        cite="noise_bias/"),
+    Fig(VM, "| VI (posterior mean), {} / {} / {} pairs | m1 = {} +- {} | m1 = {} +- {} | m1 = {} +- {} |", NBVI,
+        (*(j(f"rows[snr={snr}].n_realizations", lambda v: f"{v // 2:,}") for snr in (15, 30, 100)),
+         j("rows[snr=15].m1", "+.3f"), j("rows[snr=15].m1_err", ".3f"),
+         *(v for snr in (30, 100) for v in (j(f"rows[snr={snr}].m1", "+.4f"), j(f"rows[snr={snr}].m1_err", ".4f")))),
+        cite="noise_bias/"),
+    Fig(VM, "| NUTS (posterior mean), {} pairs | | m1 = {} +- {} | |", NBNUTS,
+        (j("rows[0].pairs", "d"), j("rows[0].m1_pairs", "+.3f"), j("rows[0].m1_pairs_err", ".3f")), cite="noise_bias/"),
+    Fig(VM, "(`inference.shear_model: interim`), {} pairs | | m1 = {} +- {} | |", INTERIM,
+        (j("ring.n_seeds", "d"), j("ring.m1", "+.4f"), j("ring.m1_err", ".4f")), cite="survey_snr30_interim/"),
+    Fig(VM, "m1 = {} +- {} ({} sigma, {} realizations), about {} (S/N)^-2", NBMAP,
+        (j("rows[snr=15].m1", "+.4f"), j("rows[snr=15].m1_err", ".4f"),
+         calc(lambda J: abs(J(NBMAP, "rows[snr=15].m1")) / J(NBMAP, "rows[snr=15].m1_err"), ".1f"),
+         j("rows[snr=15].n_used", ",d"), calc(lambda J: abs(J(NBMAP, "rows[snr=15].m1")) * 15**2, ".1f")),
+        cite="noise_bias/"),
+    Fig(VM, "consistent with zero at sigma_m = {} / {}", NBMAP,
+        tuple(j(f"rows[snr={snr}].m1_err", lambda v: f"{v * 1e3:.1f}e-3") for snr in (30, 100)), cite="noise_bias/"),
+    Fig(VM, "{} of the {} NUTS realizations carry the `DIVERGENCES` flag", NB + "nuts_snr30/bias_results.json",
+        (j("excluded.flag DIVERGENCES", "d"), j("n_realizations", "d")), cite="noise_bias/"),
+    Fig(VM, "the paired estimate over all {} ok pairs", NBNUTS, (j("rows[0].pairs", "d"),), cite="noise_bias/"),
+    Fig(VM, "68% intervals hold the truth {}-{} of the time and 95% ones {}-{}", NBMAP,
+        tuple(calc(lambda J, p=p, agg=agg: agg(J(NB + f"map_snr{snr}/bias_results.json", "coverage")[g][p]["observed"]
+                                               for snr in (15, 30, 100) for g in ("g1", "g2")), ".2f")
+              for p in ("0.68", "0.95") for agg in (min, max)), cite="noise_bias/"),
+    Fig(VM, "(coverage FAILs at S/N 15: {} and {} over {} seeds)", NB + "map_snr15/bias_results.json",
+        (calc(lambda J: J(NB + "map_snr15/bias_results.json", "coverage")["g1"]["0.68"]["observed"], ".3f"),
+         calc(lambda J: J(NB + "map_snr15/bias_results.json", "coverage")["g1"]["0.95"]["observed"], ".3f"),
+         j("fits.g1.n_groups", ",d")), cite="noise_bias/"),
+    Fig(VM, "(`map_snr30_f32`, {} pairs) gives m1 = {} +- {}", NB + "map_snr30_f32/bias_results.json",
+        (j("n_used", lambda v: f"{v // 2:,}"), j("m1", lambda v: f"{v * 1e4:+.2f}e-4"),
+         j("m1_err", lambda v: f"{v * 1e3:.2f}e-3")), cite="noise_bias/"),
+    *[Fig(VM, f"| {name} | " + "{} | {} | {} | {} |", rec,
+          (j(f"rows[snr={snr}].sigma_m_per_1000_paired", f1), j(f"rows[snr={snr}].sigma_m_per_1000_unpaired", ".2f"),
+           j(f"rows[snr={snr}].n_for_1e-3_paired", lambda v, r=r: f"{round(v, r):,}"),
+           j(f"rows[snr={snr}].n_for_1e-3_unpaired", lambda v: f"{v:.1e}".replace("e+0", "e"))), cite="noise_bias/")
+      for name, rec, snr, f1, r in (("survey_snr100.yaml (g = +-0.02)", NBMAP, 100, ".4f", -2),
+                                    ("survey_snr30.yaml", NBMAP, 30, ".4f", -2),
+                                    ("survey_snr15.yaml", NBMAP, 15, ".3f", -3))],
+    Fig(VM, "| survey_snr30.yaml, interim model (pooled) | {} | {} | {} | {} |", INTERIM,
+        (calc(lambda J: interim_per_1000(J)[0], ".4f"), calc(lambda J: interim_per_1000(J)[1], ".2f"),
+         calc(lambda J: round(1000 * (interim_per_1000(J)[0] / 1e-3) ** 2, -2), ",.0f"),
+         calc(lambda J: 1000 * (interim_per_1000(J)[1] / 1e-3) ** 2, lambda v: f"{v:.1e}".replace("e+0", "e"))),
+        cite="survey_snr30_interim/"),
+    Fig(VM, "under-cover ({} / {} at 68 / 95%)", INTERIM,
+        tuple(calc(lambda J, p=p: J(INTERIM, "ring.coverage")["g1"][p]["observed"], ".2f") for p in ("0.68", "0.95")),
+        cite="survey_snr30_interim/"),
     # docs/validation.md, "The interim draws and their weights": the H100 campaign (level2_field_gpu/)
     Fig(VM, "stopped the planned 32,000 images after {} ({} batches of {} lanes:", GPU2D + "validation.json",
         (j("level2.realizations", ",d"), calc(lambda J: {2: "two"}[J(GPU2D + "validation.json", "level2.n_batches")], "s"),
