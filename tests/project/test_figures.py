@@ -154,6 +154,8 @@ CHAOS = BENCH + "chaos_slurm.json"
 NB = VAL + "noise_bias/"
 NBMAP, NBVI, NBNUTS = (VAL + f"noise_bias/noise_bias_{m}.json" for m in ("map", "vi", "nuts"))
 INTERIM = VAL + "survey_snr30_interim/validation.json"
+L1V, L2V = VAL + "level1_map/validation.json", VAL + "level2/validation.json"
+SCAN = VAL + "level2_snr_scan.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
 SCAL = BENCH + "scaling.json"
@@ -209,6 +211,11 @@ def interim_per_1000(J: Callable[..., Any]) -> tuple[float, float]:
 def lit(text: str) -> Value:
     """Literal text in a placeholder (markup that only some rows carry)."""
     return lambda record: text
+
+
+def snr_q(rec: str, q: str) -> Value:
+    """A percentile of a validation campaign's per-galaxy S/N (``p2.5``: a key with a dot)."""
+    return calc(lambda J: J(rec, "snr_per_galaxy")[q], ".0f")
 
 
 def load_range(
@@ -455,6 +462,75 @@ FIGURES: list[Fig] = [
         "bias_results.json", (calc(lambda J: J(VAL + "psf_anisotropy/round_model/bias_results.json", "c1")
                                    / J(VAL + "psf_anisotropy/round_model/bias_results.json", "c1_err"), ".0f"),
                               j("c1", "+.3f")), cite="psf_anisotropy/"),
+    # Levels 1 and 2 (level1_map/, level2/ and the campaigns beside them: each validation.json)
+    Fig(VM, "| per-galaxy S/N (2.5 / 50 / 97.5%) | {} / {} / {} | {} / {} / {} |", L1V,
+        tuple(snr_q(v, q) for v in (L1V, L2V) for q in ("p2.5", "p50", "p97.5")),
+        cite="level1_map/"),
+    Fig(VM, "| used | {} of {} | {} of {} |", L1V,
+        tuple(j(f"ring.{k}", "d", v) for v in (L1V, L2V) for k in ("n_used", "n_realizations")), cite="level1_map/"),
+    Fig(VM, "| m1 | {} +- {} | **{} +- {}** |", L1V,
+        (j("ring.m1", lambda v: f"{v * 1e4:+.1f}e-4"), j("ring.m1_err", lambda v: f"{v * 1e3:.1f}e-3"),
+         j("ring.m1", "+.4f", L2V), j("ring.m1_err", ".4f", L2V)), cite="level1_map/"),
+    Fig(VM, "| c1, c2 | {} +- {}, {} +- {} | {} +- {}, {} +- {} |", L1V,
+        (*(j(f"ring.{k}", (lambda v: f"{v * 1e4:+.1f}e-4") if k[-1] != "r" else (lambda v: f"{v * 1e4:.1f}e-4"))
+           for k in ("c1", "c1_err", "c2", "c2_err")),
+         *(j(f"ring.{k}", (lambda v: f"{v * 1e3:+.1f}e-3") if k[-1] != "r" else (lambda v: f"{v * 1e3:.1f}e-3"), L2V)
+           for k in ("c1", "c1_err", "c2", "c2_err"))), cite="level1_map/"),
+    Fig(VM, "| coverage g1, g2 (68 / 95%) | {} / {}, {} / {}: pass | {} / {}, {} / {}: pass |", L1V,
+        tuple(calc(lambda J, v=v, g=g, p=p: J(v, "ring.coverage")[g][p]["observed"], ".2f")
+              for v in (L1V, L2V) for g in ("g1", "g2") for p in ("0.68", "0.95")), cite="level1_map/"),
+    Fig(VM, "| SBC (draws from N(0, 0.05)) | {}: rank p {} / {}, KS {} / {} | {}: rank p {} / {}, KS {} / {} |", L1V,
+        tuple(v for rec in (L1V, L2V) for v in (
+            j("sbc_campaign.n_used", "d", rec),
+            *(j(f"sbc_campaign.sbc.{g}.{k}", ".2g", rec) for k in ("p_value", "ks_p_value") for g in ("g1", "g2")))),
+        cite="level1_map/"),
+    Fig(VM, "| ring sigma_m vs an unpaired regression on the same images | {}x smaller | {}x smaller |", L1V,
+        (j("unpaired_same_images.ratio_to_ring", ".0f"), j("unpaired_same_images.ratio_to_ring", ".0f", L2V)),
+        cite="level1_map/"),
+    Fig(VM, "Level 1 meets its targets with MAP (sigma_m = {} <= 2e-3)", L1V,
+        (j("ring.m1_err", lambda v: f"{v * 1e3:.1f}e-3"),), cite="level1_map/"),
+    *[Fig(VM, f"| {name} | " + "{} of {} galaxies | {} +- {} | " + ("{} +- {}" if two else "") + " | {} +- {} | {} +- {} |",
+          VAL + f"{camp}/validation.json",
+          (j("ring.n_realizations", "d"), lit(gal), j("ring.m1", "+.4f"), j("ring.m1_err", ".4f"),
+           *((j("ring.m2", "+.4f"), j("ring.m2_err", ".4f")) if two else ()),
+           j("ring.c1", "+.4f"), j("ring.c1_err", ".4f"), j("ring.c2", "+.4f"), j("ring.c2_err", ".4f")),
+          cite="(`bench/validate_levels.py ...`)")
+      for name, camp, gal, two in (
+          ("`2a61e54`", "level1_interim_2d", "8", True), ("`ae6ac85`", "level2_interim", "32", False))],
+    Fig(VM, "| 480 of 32 galaxies | {} +- {} | {} +- {} | {} +- {} | {} +- {} |", VAL + "level2_interim_2d/validation.json",
+        tuple(j(f"ring.{k}", "+.4f" if "err" not in k else ".4f")
+              for c in ("m1", "m2", "c1", "c2") for k in (c, c + "_err")), cite="(`bench/validate_levels.py ...`)"),
+    Fig(VM, "All consistent with zero within 2 sigma: Level 1 at sigma_m = {} (target 2e-3), Level 2 at {}-{} "
+        "(target 5e-3), where the joint MAP gives {} on the same Level 2 population.",
+        VAL + "level1_interim_2d/validation.json",
+        (j("ring.m1_err", lambda v: f"{v * 1e4:.1f}e-4"),
+         calc(lambda J: min(J(VAL + f"{c}/validation.json", "ring.m1_err") for c in ("level2_interim", "level2_interim_2d")),
+              lambda v: f"{v * 1e3:.1f}"),
+         calc(lambda J: max(J(VAL + f"{c}/validation.json", "ring.m1_err") for c in ("level2_interim", "level2_interim_2d")),
+              lambda v: f"{v * 1e3:.1f}e-3"),
+         j("ring.m1", "+.3f", L2V)), cite="(`bench/validate_levels.py ...`)"),
+    Fig(VM, "480 images): m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {}.",
+        VAL + "level2_interim_2d/validation.json",
+        tuple(j(f"ring.{k}", "+.4f" if "err" not in k else ".4f")
+              for c in ("m1", "m2", "c1", "c2") for k in (c, c + "_err")), cite="--tag interim_2d"),
+    *[Fig(VM, f"| {name} | " + "{} / {} / {} | {} +- {} | {} +- {} |", SCAN,
+          (*(snr_q(VAL + f"{camp}/validation.json", q) for q in ("p2.5", "p50", "p97.5")),
+           j(f"per_snr.{snr}.m1_all", "+.4f"), j(f"per_snr.{snr}.m1_all_se", ".4f"),
+           j("ring.c1", c1f, VAL + f"{camp}/validation.json"), j("ring.c1_err", ".4f", VAL + f"{camp}/validation.json")),
+          cite="level2_snr_scan.json")
+      for name, camp, snr, c1f in (
+          ("`8e711f9`", "level2_snr450", "450", "+.4f"), ("`8e711f9`", "level2", "45", "+.4f"),
+          ("`8e711f9`", "level2_snr30", "30", "+.3f"))],
+    Fig(VM, "| `4f28827` | {} / {} / {} | {} +- {} | {} +- {} |", VAL + "level2_m1/validation.json",
+        (*(snr_q(VAL + "level2_m1/validation.json", q) for q in ("p2.5", "p50", "p97.5")),
+         *(j(f"ring.{k}", "+.4f" if "err" not in k else ".4f") for k in ("m1", "m1_err", "c1", "c1_err"))),
+        cite="level2_snr_scan.json"),
+    Fig(VM, "With 10x less noise the same seeds give m1 = {} +- {}", SCAN,
+        (j("per_snr.450.m1_all", "+.4f"), j("per_snr.450.m1_all_se", ".4f"))),
+    Fig(VM, "({} at S/N 45 from the survey configs' scaling)", SCAN,
+        (j("per_snr.45.m1_predicted_single_galaxy_scaling", "+.3f"),)),
+    Fig(VM, "(difference {} +- {}; per-seed m at the two noise levels {} correlated)", SCAN,
+        (j("pairs.30-45.diff", "+.4f"), j("pairs.30-45.se", ".4f"), j("pairs.30-45.corr", ".2f"))),
     # docs/validation.md, "The interim draws and their weights": the H100 campaign (level2_field_gpu/)
     Fig(VM, "stopped the planned 32,000 images after {} ({} batches of {} lanes:", GPU2D + "validation.json",
         (j("level2.realizations", ",d"), calc(lambda J: {2: "two"}[J(GPU2D + "validation.json", "level2.n_batches")], "s"),
