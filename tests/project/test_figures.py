@@ -620,6 +620,13 @@ FIGURES: list[Fig] = [
     # and bench/campaign_record.py)
     *[Fig(VM, f"| {c} | " + "{} | {} |", E3 + "printed.txt", stat(c, E3 + "printed.txt"),
           cite="level2_2d_3e4/") for c in ("m1", "m2", "c1", "c2")],
+    Fig(VM, "| | value | 1 sigma (jackknife over {} seeds; printed.txt) |", E3 + "printed.txt",
+        (txt(r"galaxies of (\d+) seeds"),), cite="level2_2d_3e4/"),
+    Fig(VM, "(consistent with zero; `bias-stats` plans ~{} realizations for c1 to pass, as printed)",
+        E3 + "printed.txt", (txt(r"\|c1\|.*?~(\d+) realizations to PASS"),), cite="level2_2d_3e4/"),
+    Fig(VM, "{} of {} images failed (`OPT_NOT_CONVERGED`, recorded failed;", E3 + "printed.txt",
+        (txt(r"excluded: status failed: (\d+)"), txt(r"used \d+ of (\d+) realization", conv=int_commas)),
+        cite="level2_2d_3e4/"),
     Fig(VM, "Pooled: {} galaxies.", E3 + "printed.txt",
         (txt(r"pooled per grid point: (\d+) galaxies"),), cite="level2_2d_3e4/"),
     Fig(VM, "Coverage of the per-realization intervals: {} and {} (g1),\n{} and {} (g2)",
