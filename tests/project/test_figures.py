@@ -156,6 +156,7 @@ NBMAP, NBVI, NBNUTS = (VAL + f"noise_bias/noise_bias_{m}.json" for m in ("map", 
 INTERIM = VAL + "survey_snr30_interim/validation.json"
 L1V, L2V = VAL + "level1_map/validation.json", VAL + "level2/validation.json"
 SCAN = VAL + "level2_snr_scan.json"
+DRAWS, KHAT = BENCH + "draws.json", BENCH + "khat_level2.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
 SCAL = BENCH + "scaling.json"
@@ -216,6 +217,27 @@ def lit(text: str) -> Value:
 def snr_q(rec: str, q: str) -> Value:
     """A percentile of a validation campaign's per-galaxy S/N (``p2.5``: a key with a dot)."""
     return calc(lambda J: J(rec, "snr_per_galaxy")[q], ".0f")
+
+
+def draws_row(proposal: str, k: str, field: str) -> Callable[[Callable[..., Any]], Any]:
+    """A field (``halves.dm``) of draws.json's row for ``proposal`` at ``k`` draws (``"1,000"``)."""
+
+    def fn(J):
+        row = next(r for r in J(DRAWS, "measured.rows")
+                   if r["proposal"] == proposal and r["K"] == int(k.replace(",", "")))  # fmt: skip
+        return get(row, field)
+
+    return fn
+
+
+def study_row(k: int, field: str) -> Callable[[Callable[..., Any]], Any]:
+    """A field of level2_rate.json's draws study (32,768 real galaxies) at ``k`` draws."""
+
+    def fn(J):
+        rows = J(RATE, "measured.rows[variant=before].draws_study.rows")
+        return get(next(r for r in rows if r["K"] == k), field)
+
+    return fn
 
 
 def load_range(
@@ -531,6 +553,54 @@ FIGURES: list[Fig] = [
         (j("per_snr.45.m1_predicted_single_galaxy_scaling", "+.3f"),)),
     Fig(VM, "(difference {} +- {}; per-seed m at the two noise levels {} correlated)", SCAN,
         (j("pairs.30-45.diff", "+.4f"), j("pairs.30-45.se", ".4f"), j("pairs.30-45.corr", ".2f"))),
+    # fewer draws that stay unbiased (draws.json, level2_rate.json's draws study, khat_level2.json)
+    *[Fig(VM, f"| {name} | {k} | " + "{} | {} +- {} | {} +- {} | {} +- {} | {} |", DRAWS,
+          (calc(draws_row(prop, k, "reps"), "d"),
+           *(calc(draws_row(prop, k, f"{c}.{f}"), lambda v, f=f: f"{v * 1e5:+.1f}" if f == "dm" else f"{v * 1e5:.1f}")
+             for c in ("halves", "delta", "none") for f in ("dm", "dm_err")),
+           calc(draws_row(prop, k, "khat_high_fraction"),
+                lambda v: "0" if not v else f"{100 * v:.2f}%" if 100 * v >= 0.01 else f"{100 * v:.3f}%")),
+          cite="results/benchmarks/draws.json")
+      for prop, name0 in (("student_t", "Student-t, the posterior's scale"),
+                          ("student_t_narrow", "Student-t, 0.75x too narrow"))
+      for k, name in zip(("50", "100", "200", "300", "1,000"), (name0, "", "", "", ""), strict=True)],
+    Fig(VM, "{} galaxies per sign (the ring pairs whose posteriors lie 4 sd inside |eps| < 1, {}% of those drawn), "
+        "whose marginal likelihoods are computed exactly by 32 x 32 Gauss-Hermite quadrature ({} in m from 64 x 64)",
+        DRAWS, (j("measured.n_galaxies_per_sign", ",d"), j("measured.kept_fraction", lambda v: f"{100 * v:.0f}"),
+                j("measured.reference.num_err", ".1e")), cite="results/benchmarks/draws.json"),
+    Fig(VM, "Uncorrected, a proposal narrower than its posterior biases m by {} at 100 draws and still {} at 1,000", DRAWS,
+        (calc(draws_row("student_t_narrow", "100", "none.dm"), lambda v: f"{v * 1e4:.1f}e-4"),
+         calc(draws_row("student_t_narrow", "1,000", "none.dm"), lambda v: f"{v * 1e5:.1f}e-5")),
+        cite="results/benchmarks/draws.json"),
+    Fig(VM, "over-corrects at 50 and 100 draws ({}, {}: its O(1/K^2) term)", DRAWS,
+        (calc(draws_row("student_t_narrow", "50", "halves.dm"), lambda v: f"{v * 1e4:+.1f}e-4"),
+         calc(draws_row("student_t_narrow", "100", "halves.dm"), lambda v: f"{v * 1e5:+.1f}e-5")),
+        cite="results/benchmarks/draws.json"),
+    Fig(VM, "The toy's proposals flag at most {}% from 200 draws on (`draws.json`)", DRAWS,
+        (calc(lambda J: 100 * max(r["khat_high_fraction"] for r in J(DRAWS, "measured.rows") if r["K"] >= 200), ".3f"),),
+        cite="results/benchmarks/khat_level2.json"),
+    *[Fig(VM, f"| {k} ({sets}) | " + "{} +- {} | {} +- {} | {} +- {} | {} |", RATE,
+          (*(calc(study_row(k, f"{c}.{f}"), lambda v, f=f: f"{v * 1e4:+.1f}" if f == "dm" else f"{v * 1e4:.1f}")
+             for c in ("halves", "delta", "none") for f in ("dm", "dm_err")),
+           calc(study_row(k, "halves.mc_sd"), lambda v: f"{v * 1e4:.1f}")),
+          cite="results/benchmarks/level2_rate.json")
+      for k, sets in ((50, 20), (100, 10), (200, 5), (250, 4))],
+    Fig(VM, "uncorrected, m moves by {} at 100 draws against 1,000", RATE,
+        (calc(study_row(100, "none.dm"), lambda v: f"{v * 1e3:.1f}e-3"),), cite="results/benchmarks/level2_rate.json"),
+    Fig(VM, "removes ~{}% and leaves an O(1/K) remainder", RATE,
+        (calc(lambda J: 100 * (1 - study_row(100, "delta.dm")(J) / study_row(100, "none.dm")(J)), ".0f"),),
+        cite="results/benchmarks/level2_rate.json"),
+    Fig(VM, "{} at 200 draws; extrapolated over halves", RATE,
+        (calc(study_row(200, "delta.dm"), lambda v: f"{v * 1e4:.1f}e-4"),), cite="results/benchmarks/level2_rate.json"),
+    Fig(VM, "The draws' Monte Carlo scatter of m between sets ({} for these {} galaxies at 200 draws)", RATE,
+        (calc(study_row(200, "halves.mc_sd"), lambda v: f"{v * 1e4:.1f}e-4"),
+         j("measured.rows[variant=before].draws_study.n_galaxies", ",d")), cite="results/benchmarks/level2_rate.json"),
+    Fig(VM, "are {}% of the galaxies at 50 draws, {}% at 100, **{}% at 200**, {}% at 500 and {}% at 1,000; above 0.7 "
+        "(an infinite-variance tail at any K) {}% at 200 and {}% at 1,000", KHAT,
+        (*(j(f"measured.rows[K={k}].fraction", lambda v, f=f: format(100 * v, f))
+           for k, f in ((50, ".1f"), (100, ".1f"), (200, ".1f"), (500, ".1f"), (1000, ".2f"))),
+         j("measured.rows[K=200]", lambda r: f"{100 * r['above_0.7']:.1f}"),
+         j("measured.rows[K=1000]", lambda r: f"{100 * r['above_0.7']:.2f}")), cite="results/benchmarks/khat_level2.json"),
     # docs/validation.md, "The interim draws and their weights": the H100 campaign (level2_field_gpu/)
     Fig(VM, "stopped the planned 32,000 images after {} ({} batches of {} lanes:", GPU2D + "validation.json",
         (j("level2.realizations", ",d"), calc(lambda J: {2: "two"}[J(GPU2D + "validation.json", "level2.n_batches")], "s"),
