@@ -157,6 +157,7 @@ INTERIM = VAL + "survey_snr30_interim/validation.json"
 L1V, L2V = VAL + "level1_map/validation.json", VAL + "level2/validation.json"
 SCAN = VAL + "level2_snr_scan.json"
 DRAWS, KHAT = BENCH + "draws.json", BENCH + "khat_level2.json"
+EST = BENCH + "estimator.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
 SCAL = BENCH + "scaling.json"
@@ -236,6 +237,23 @@ def study_row(k: int, field: str) -> Callable[[Callable[..., Any]], Any]:
     def fn(J):
         rows = J(RATE, "measured.rows[variant=before].draws_study.rows")
         return get(next(r for r in rows if r["K"] == k), field)
+
+    return fn
+
+
+def pm_common(pair: tuple[float, float]) -> str:
+    """``-2.2e-3 +- 0.4e-3``: a value and its error in the larger of their powers of ten."""
+    v, e = pair
+    ex = max(math.floor(math.log10(abs(v))), math.floor(math.log10(e)))
+    return f"{v / 10**ex:+.1f}e{ex} +- {e / 10**ex:.1f}e{ex}"
+
+
+def est_row(proposal: str, k: int, field: str | None = None) -> Callable[[Callable[..., Any]], Any]:
+    """estimator.json's row for ``proposal`` at ``k`` draws: ``field``, or (dm, dm_err)."""
+
+    def fn(J):
+        row = next(r for r in J(EST, "measured.rows") if r["proposal"] == proposal and r["K"] == k)
+        return row[field] if field else (row["dm"], row["dm_err"])
 
     return fn
 
@@ -601,6 +619,36 @@ FIGURES: list[Fig] = [
            for k, f in ((50, ".1f"), (100, ".1f"), (200, ".1f"), (500, ".1f"), (1000, ".2f"))),
          j("measured.rows[K=200]", lambda r: f"{100 * r['above_0.7']:.1f}"),
          j("measured.rows[K=1000]", lambda r: f"{100 * r['above_0.7']:.2f}")), cite="results/benchmarks/khat_level2.json"),
+    # the estimator against its approximations (estimator.json)
+    *[Fig(VM, f"| {name} | " + "{}{}{} | {}{}{} | {}{}{} | {} |", EST,
+          (*(v for k in (100, 300, 1000) for v in (
+              lit(b if k == 1000 else ""), calc(est_row(prop, k), pm_common), lit(b if k == 1000 else ""))),
+           calc(lambda J, prop=prop: est_row(prop, 1000, "frac_collapsed")(J),
+                lambda v: f"{100 * v:.2f}%" if v else "0")), cite="results/benchmarks/estimator.json")
+      for name, prop, b in (("the exact posterior", "exact", ""), ("Gaussian 0.75x too narrow", "laplace_narrow", ""),
+                            ("Student-t, nu = 5, the posterior's scale", "student_t", "**"),
+                            ("Student-t, nu = 5, 0.75x narrow scale", "student_t_narrow", ""))],
+    Fig(VM, "The reference itself gives m = {} +- {} (known answer 0)", EST,
+        (j("measured.reference.m", lambda v: f"{v * 1e4:+.1f}e-4"), j("measured.reference.m_err", lambda v: f"{v * 1e4:.1f}e-4")),
+        cite="results/benchmarks/estimator.json"),
+    Fig(VM, "a Gaussian proposal too narrow for its posterior biases m by {} at 300 draws and collapses ~{}% of the "
+        "galaxies' weights", EST,
+        (calc(lambda J: est_row("laplace_narrow", 300, "dm")(J), lambda v: f"{v * 1e3:.0f}e-3"),
+         calc(lambda J: est_row("laplace_narrow", 300, "frac_collapsed")(J), lambda v: f"{100 * v:.0f}")),
+        cite="results/benchmarks/estimator.json"),
+    # Level 2's weights (weights.json, weights_level2.json)
+    *[Fig(VM, f"| {name} | {seeds} | " + "{}{} of {}: {}%{} | {}: {}% | {} of {} |", rec,
+          (lit(b), j("measured.galaxies.population_pooled.n_below", "d"), j("measured.n_galaxies", ",d"),
+           j("measured.galaxies.population_pooled.frac_below", lambda v: f"{100 * v:.2f}"), lit(b),
+           j("measured.galaxies.laplace.n_below", "d"),
+           j("measured.galaxies.laplace.frac_below", lambda v: f"{100 * v:.2f}"),
+           j("measured.realizations_flagged_collapsed.n", "d"), j("measured.n_realizations", ",d")),
+          cite="results/benchmarks/weights.json")
+      for name, seeds, rec, b in (
+          ("before: Laplace at the MAP, interim prior 0.5 (`eeaec1b98a217347`)", "0-249 (`/tmp/l2_1000`)",
+           BENCH + "weights.json", ""),
+          ("**`configs/level2.yaml` now**: Student-t at the target mode, interim 0.3 (`b968767afdd659dd`)", "0-63",
+           BENCH + "weights_level2.json", "**"))],
     # docs/validation.md, "The interim draws and their weights": the H100 campaign (level2_field_gpu/)
     Fig(VM, "stopped the planned 32,000 images after {} ({} batches of {} lanes:", GPU2D + "validation.json",
         (j("level2.realizations", ",d"), calc(lambda J: {2: "two"}[J(GPU2D + "validation.json", "level2.n_batches")], "s"),
