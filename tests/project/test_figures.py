@@ -158,6 +158,7 @@ L1V, L2V = VAL + "level1_map/validation.json", VAL + "level2/validation.json"
 SCAN = VAL + "level2_snr_scan.json"
 DRAWS, KHAT = BENCH + "draws.json", BENCH + "khat_level2.json"
 EST = BENCH + "estimator.json"
+GPUJ, FIELD = BENCH + "gpu.json", BENCH + "field.json"
 RATE, CAMP = BENCH + "level2_rate.json", BENCH + "level2_campaign.json"
 LOCK, LOCK4 = BENCH + "lockstep.json", BENCH + "lockstep_chunk4.json"
 SCAL = BENCH + "scaling.json"
@@ -834,27 +835,90 @@ FIGURES: list[Fig] = [
     Fig(RM, "m1 = {} +-\n{}, m2 = {} +- {} (both PASS |m| < 1e-3 at sigma_m below 3e-4), c1 =\n{} +- {}, "
         "c2 = {} +- {};", E3 + "bias_results.json",
         tuple(j(c + e, e3(2, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")), cite="level2_2d_3e4/"),
-    Fig(RM, "127,872 galaxies: m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {};",
-        CPU2D + "bias_results.json",
-        tuple(j(c + e, e3(1, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
+    Fig(RM, "{} galaxies: m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {}; with the H100 run, sigma_m "
+        "~{}.", CPU2D + "bias_results.json",
+        (j("fits.g1.n", ",d"), *(j(c + e, e3(1, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
+         calc(lambda J: (ivw("m1", True)(J) + ivw("m2", True)(J)) / 2, lambda v: f"{v * 1e4:.1f}e-4")),
         cite="level2_cpu_2d/"),
+    Fig(RM, "Grown to 3,000 seeds (`results/validation/level2_cpu_2d_wide/`, {} galaxies", WIDE + "bias_results.json",
+        (j("fits.g1.n", ",d"),), cite="level2_cpu_2d_wide/"),
+    Fig(RM, "sigma_m = 3e-4 needs ~{} million galaxies", WIDE + "bias_results.json",
+        (calc(lambda J: galaxies_for(J, 3e-4) / 1e6, ".1f"),), cite="level2_cpu_2d_wide/"),
     Fig(RM, "galaxies, two array tasks on the 2-core CPU): m1 = {} +- {}, m2 = {} +- {}, c1 = {} "
         "+- {}, c2 = {} +- {}.", WIDE + "bias_results.json",
         tuple(j(c + e, e3(2, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
         cite="level2_cpu_2d_wide/"),
-    Fig(RM, "Gauss-Newton steps: {} Level 2 galaxies/s through `bias-run` after the compile",
-        BENCH + "level2_campaign.json", (j("measured.runs[1].galaxies_per_s", ".0f"),)),
-    Fig(RM, "| warm, end to end | 850 realizations/s (batch 1,024) | {} / 1,421 realizations/s "
-        "after the first batch | {} galaxies/s after the compile |", GPU2D + "validation.json",
-        (j("level0.realizations_per_s_after_batch_1", ",.0f"),
+    Fig(RM, "Gauss-Newton steps: {} Level 2 galaxies/s through `bias-run` after the compile on the 2-core CPU, {}x "
+        "before", CAMP, (j("measured.median_galaxies_per_s.shipped", ".0f"), j("measured.ratio", ".2f"))),
+    Fig(RM, "which on real Level 2 galaxies moves m by about {} at 100 draws", RATE,
+        (calc(study_row(100, "none.dm"), lambda v: f"{v * 1e3:.1f}e-3"),), cite="level2_rate.json"),
+    Fig(RM, "{} pooled galaxies, the 2-core CPU, one array task at a time)", E3 + "printed.txt",
+        (txt(r"pooled per grid point: (\d+) galaxies", conv=int_commas),), cite="level2_2d_3e4/"),
+    # README.md: cost per galaxy (cost.json), NUTS (nuts_level2_band*.json), GPU (gpu.json, gpu_logs/)
+    *[Fig(RM, f"| {cfg} | {m} | {opt} | " + "{} | {} |", BENCH + "cost.json", vals,
+          cite="results/benchmarks/cost.json")
+      for cfg, m, opt, vals in (
+          ("`level2.yaml` population, joint model (16x16 Moffat stamps)", "8 / 32 / 128", "gauss_newton",
+           (calc(lambda J: " / ".join(f"{J(BENCH + 'cost.json', f'vs_m[{i}].galaxies_per_s'):.0f}" for i in (2, 4, 5)),
+                 "s"), j("vs_m[4].mib_per_galaxy_lane", ".2f"))),
+          ("`level2.yaml`", "32", "newton", (j("vs_m[3].galaxies_per_s", ".0f"), j("vs_m[3].mib_per_galaxy_lane", ".2f"))),
+          ("`survey_snr30.yaml`", "1", "gauss_newton / newton",
+           (calc(lambda J: f"{J(BENCH + 'cost.json', 'vs_config[3].galaxies_per_s'):.0f} / "
+                           f"{J(BENCH + 'cost.json', 'vs_config[2].galaxies_per_s'):.0f}", "s"),
+            j("vs_config[3].mib_per_galaxy_lane", ".2f"))),
+          ("`level0.yaml` (48x48, S/N 1.2e5)", "1", "gauss_newton / newton",
+           (calc(lambda J: f"{J(BENCH + 'cost.json', 'vs_config[1].galaxies_per_s'):.0f} / "
+                           f"{J(BENCH + 'cost.json', 'vs_config[0].galaxies_per_s'):.0f}", "s"),
+            j("vs_config[1].mib_per_galaxy_lane", ".2f"))))],
+    Fig(RM, "a whole Level 0 campaign (write included) runs at {} realizations/s after the first batch",
+        BENCH + "throughput_template.json", (j("target[mode=threads].realizations_per_s", ".0f"),)),
+    Fig(RM, "100 warm-up / 600 draws x 4 chains): {}-{} s per image of 32 galaxies, R-hat(g) <= 1.01 and ESS(g) >= "
+        "400 in {} of {} benchmark images", NL2B,
+        (j("rows[1].s_per_realization", ".1f"), j("rows[1].s_per_realization", ".1f", NL2BA),
+         j("rows[1].n_meet", "d", NL2BA), j("rows[1].n", "d", NL2BA)), cite="nuts_level2_band_at.json"),
+    Fig(RM, "| {} s on one H100 ({} passed; `ci/gpu_check.sh` with the GPU record: {} s;", BENCH + "gpu_logs/pytest_gpu.log",
+        (txt(r"^\d+ passed in ([\d.]+)s"), txt(r"^(\d+) passed in"),
+         txt(r"gpu_check \+(\d+) s\] tests exit", BENCH + "gpu_logs/gpu_check.log")),
+        cite="results/benchmarks/gpu_logs/"),
+    Fig(RM, "passed there ({} tests, with the GPU record of", BENCH + "gpu_logs/pytest_gpu.log",
+        (txt(r"^(\d+) passed in"),), cite="gpu_logs/pytest_gpu.log"),
+    Fig(RM, "compile {} s, then {} ms per galaxy, {}% of galaxies meet R-hat <= 1.01 and bulk ESS >= 400, {} MiB per "
+        "lane", GPUJ, (j("nuts.compile_s", ".0f"), j("nuts.ms_per_galaxy", ".1f"),
+                       j("nuts.convergence.frac_galaxies_ok", lambda v: f"{100 * v:.1f}"),
+                       j("nuts.memory_per_lane_MiB", ".1f")), cite="gpu.json"),
+    Fig(RM, "| `--batch-size auto` picked | {} lanes ({}) | {} lanes (the cap; {} would fit) | {} lanes (the memory "
+        "budget: {} MiB per lane, {} GiB) |", GPU2D + "validation.json",
+        (j("level0.summary.auto_batch", ",d", GPUJ), j("level0.summary.auto_bound", "s", GPUJ),
+         j("level0.batch_lanes", ",d"), j("level0.auto.lanes_that_fit", ",d"),
+         j("level2.batch_lanes", ",d"), j("level2.memory_per_lane_MiB", ".1f"),
+         j("level2.auto.budget_bytes", lambda v: f"{v / 2**30:.1f}")), cite="level2_field_gpu/"),
+    Fig(RM, "| warm, end to end | {} realizations/s (batch {}) | {} / {} realizations/s after the first batch | {} "
+        "galaxies/s after the compile |", GPU2D + "validation.json",
+        (j("level0.summary.realizations_per_s_warm", ".0f", GPUJ), j("level0.summary.warm_batch_lanes", ",d", GPUJ),
+         j("level0.realizations_per_s_after_batch_1", ",.0f"),
+         j("level0.realizations_per_s_after_batch_1", ",.0f", FIELD),
          j("level2.galaxies_per_s_post_compile", ",.0f")), cite="level2_field_gpu/"),
-    Fig(RM, "{} lanes (the memory budget: {} MiB per lane, 47.5 GiB)", GPU2D + "validation.json",
-        (j("level2.batch_lanes", ",d"), j("level2.memory_per_lane_MiB", ".1f")),
-        cite="level2_field_gpu/"),
-    Fig(RM, "| whole process (compile included) | | {} / 340 realizations/s (16,384 / 32,768) | "
+    Fig(RM, "| device share of a warm batch | {} | {}-{} (host {}-{} ms per realization) | {} (host fraction {}) |",
+        GPU2D + "validation.json",
+        (j("level0.summary.host_fraction_warm_median", lambda v: f"{1 - v:.2f}", GPUJ),
+         j("level0.host_fraction_warm_median", lambda v: f"{1 - v:.2f}"),
+         j("level0.host_fraction_warm_median", lambda v: f"{1 - v:.2f}", FIELD),
+         j("level0.host_ms_per_realization_warm", ".2f"), j("level0.host_ms_per_realization_warm", ".2f", FIELD),
+         j("level2.host_fraction_warm_median", lambda v: f"{1 - v:.2f}"),
+         j("level2.host_fraction_warm_median", ".2f")), cite="level2_field_gpu/"),
+    Fig(RM, "| whole process (compile included) | | {} / {} realizations/s ({} / {}) | "
         "{} images in {} s (time limit) |", GPU2D + "validation.json",
-        (j("level0.realizations_per_s_end_to_end", ".0f"), j("level2.realizations", ",d"),
+        (j("level0.realizations_per_s_end_to_end", ".0f"), j("level0.realizations_per_s_end_to_end", ".0f", FIELD),
+         j("level0.realizations", ",d"), j("level0.realizations", ",d", FIELD), j("level2.realizations", ",d"),
          j("level2.process_wall_s", ".0f")), cite="level2_field_gpu/"),
+    Fig(RM, "(lockstep efficiency {}-{}:", GPU2D + "validation.json",
+        (j("level2.lockstep_efficiency", lambda v: f"{min(map(float, v.values())):.2f}"),
+         j("level2.lockstep_efficiency", lambda v: f"{max(map(float, v.values())):.2f}")), cite="level2_field_gpu/"),
+    Fig(RM, "on the same node: m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {} from {} galaxies, coverage "
+        "passing, {}% of galaxies with collapsed weights", GPU2D + "validation.json",
+        (*(j(f"result.{c}{e}", e3(1, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
+         j("fits.g1.n", ",d", GPU2D + "bias_results.json"), calc(lambda J: collapsed_pct(J, GPU2D), ".2f")),
+        cite="level2_field_gpu/"),
     Fig(RM, "The Level 2 campaign through `bias-extract` ({} s) and `bias-stats --requirement "
         "lsst-project` ({} s)", GPU2D + "validation.json",
         (j("extract.wall_s", ".0f"), j("stats.wall_s", ".0f")), cite="level2_field_gpu/"),
