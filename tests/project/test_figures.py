@@ -753,6 +753,18 @@ FIGURES: list[Fig] = [
     Fig(VM, "On one H100 the config before issue 42 ran at {} galaxies/s after the compile "
         "(`level2_field_gpu/validation.json`)", GPU2D + "validation.json", (j("level2.galaxies_per_s_post_compile", ",.0f"),),
         cite="level2_field_gpu/validation.json"),
+    Fig(VM, "with NUTS and VI alike** ({} to {})", NBNUTS,
+        (j("rows[0].m1_pairs", ".2f"), j("rows[snr=15].m1", ".2f", NBVI)), cite="noise_bias/"),
+    Fig(VM, "its difference from the 32-galaxy joint mode's {}, were computed by hand", L2V, (j("ring.m1", "+.3f"),),
+        cite="`level2/`"),
+    Fig(VM, "held its batch of {} lanes with it (that batch's lockstep", GPU2D + "validation.json",
+        (j("level2.batch_lanes", ",d"),), cite="level2_field_gpu/validation.json"),
+    Fig(VM, "the {} new images at `56cca79`", WIDE + "printed.txt",
+        (calc(lambda J: int(re.search(r"used \d+ of (\d+)", J(WIDE + "printed.txt", "")).group(1))
+              - int(re.search(r"used \d+ of (\d+)", J(CPU2D + "printed.txt", "")).group(1)), ",d"),),
+        cite="level2_cpu_2d_wide/"),
+    Fig(RM, "one galaxy's fit of {} x 32 takes the most Newton steps", GPU2D + "validation.json",
+        (j("level2.batch_lanes", ",d"),), cite="level2_field_gpu/"),
     # the 3e-4 campaign (level2_2d_3e4/: printed.txt and validation.json, written by run.sh
     # and bench/campaign_record.py)
     *[Fig(VM, f"| {c} | " + "{} | {} |", E3 + "printed.txt", stat(c, E3 + "printed.txt"),
