@@ -1070,7 +1070,7 @@ FIGURES += [
           j("cpu_per_realization.inference_unchunked_cpu_ms", ".1f"),
           j("cpu_per_realization.records_and_write_cpu_ms", ".1f"),
           j("cpu_per_realization.overlap_speedup_bound", ".2f"))),
-        ("posterior.nc: {} ms CPU per file through xarray, {} ms with netCDF4 directly ({}x).",
+        ("posterior.nc: {} ms CPU per file through xarray, {} ms with netCDF4 directly ({}x; medians over 50 files",
          (j("write_cost.xarray_datatree.cpu_ms", ".1f"), j("write_cost.netcdf4_direct.cpu_ms", ".1f"),
           j("write_cost.ratio_cpu", ".1f"))),
         ("inference {} ms, building the records and writing the three files {} ms. On two cores, hiding one "
