@@ -11,7 +11,8 @@ The convention (also stated in docs/benchmarks.md's introduction):
   record (a path under ``results/``) and, per placeholder, how to read the value from the
   record and round it as quoted: a JSON path with a format (:func:`j`), a value computed
   from records (:func:`calc`), or a token of a printed record (:func:`txt`, a regular
-  expression whose group is quoted as printed, its own rounding);
+  expression whose group is quoted as printed, its own rounding; its ``conv`` changes the
+  notation only: thousands separators, a number word);
 - the test renders the text with the records' values and looks for it in the document
   (whitespace runs, line breaks included, compare as one space), then for the record's
   name in the same section.
