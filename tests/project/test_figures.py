@@ -386,6 +386,9 @@ FIGURES: list[Fig] = [
     Fig(BM, "| gauss_newton, galaxies/s | {} | {} | {} | {} |", BENCH + "cost.json",
         tuple(j(f"vs_m[{i}].galaxies_per_s", ".0f") for i in (0, 2, 4, 5)),
         cite="results/benchmarks/cost.{json,png}"),
+    Fig(BM, "(here: bit for bit at Level 2 between the two programs, {} posterior sd; step counts and flags equal)",
+        LOCK, (calc(lambda J: max(r["agreement"]["max_diff_sd"] for r in J(LOCK, "rows") if "agreement" in r), ".1f"),),
+        cite="results/benchmarks/lockstep.{json,png}"),
     # cost per galaxy, the other rows (cost.json)
     Fig(BM, "quiet: load {}-{};", BENCH + "cost.json",
         (j("load_average_start[0]", ".1f"), j("load_average_end[0]", ".1f")), cite="results/benchmarks/cost.{json,png}"),
