@@ -64,7 +64,8 @@ def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) 
         med = h.median(times)
         rows.append({"config": h.rel(h.ROOT / cfg), "method": method, "batch_size": batch, "chunk": chunk,
                      "width": chunk_width(batch, chunk or None) or batch,
-                     "first_call_s": first, "median_s": med, "ms_per_realization": 1e3 * med / batch,
+                     "first_call_s": first, "median_s": med, "times_s": times,
+                     "ms_per_realization": 1e3 * med / batch,
                      "bit_identical": same, "max_abs_diff": worst,
                      **agreement(out, ref_out)._asdict(),
                      # the same check against lanes rolled by one: what a batching defect

@@ -105,7 +105,9 @@ def stages(spec, batch: int, repeats: int, tmp: Path) -> tuple[dict[str, Any], l
     size = sum(f.stat().st_size for f in (tmp / "s0").rglob("*") if f.is_file()) / batch
     res = {"batch": batch, "records_cpu_ms": h.median(rec_ms), "write_cpu_ms": h.median(write_ms),
            "posterior_nc_cpu_ms": h.median(nc_ms), "json_cpu_ms": h.median(json_ms),
-           "bytes_per_realization": size}  # fmt: skip
+           "bytes_per_realization": size,
+           "runs": {"records_cpu_ms": rec_ms, "write_cpu_ms": write_ms,
+                    "posterior_nc_cpu_ms": nc_ms, "json_cpu_ms": json_ms}}  # fmt: skip
     res["host_cpu_ms"] = res["records_cpu_ms"] + res["write_cpu_ms"]
     return res, plan, recs
 

@@ -164,7 +164,7 @@ def measure(variant: str, args: Any) -> dict[str, Any]:
     sim, keys = batch_inputs(spec, batches[0])
     compiled = built.program.lower(keys, sim.images).compile()
     compile_s = time.perf_counter() - t0
-    times, rows, steps, extra = [], [], [], []
+    times, calls, rows, steps, extra = [], [], [], [], []
     for ib, batch in enumerate(batches):
         sim, keys = batch_inputs(spec, batch)
         timed = ib < args.batches  # the study's further batches: one untimed call each
@@ -176,6 +176,7 @@ def measure(variant: str, args: Any) -> dict[str, Any]:
         got = population(out, [r.seed for r in batch], [(r.g1, r.g2) for r in batch])
         if timed:
             times.append(h.median(per))
+            calls.append(per)
             rows += got
             steps.append(np.asarray(out.info.n_steps).ravel())
         else:
@@ -193,7 +194,8 @@ def measure(variant: str, args: Any) -> dict[str, Any]:
     return {"variant": variant, "num_samples": mc["num_samples"],
             "draw_precision": mc.get("draw_precision"),
             "gauss_newton_precision": mc.get("gauss_newton_precision"),
-            "lane_chunk": chunk, "compile_s": compile_s, "batch_s": times, "median_batch_s": med,
+            "lane_chunk": chunk, "compile_s": compile_s, "batch_s": times, "batch_calls_s": calls,
+            "median_batch_s": med,
             "galaxies_per_batch": n_gal, "galaxies_per_s": n_gal / med,
             "n_galaxies": sum(len(r["eps"]) for r in rows), "m1": m, "m1_jk": m_jk.tolist(),
             "m1_err": jackknife(m_jk), "seeds": seeds,

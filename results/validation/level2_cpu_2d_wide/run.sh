@@ -2,9 +2,9 @@
 # Level 2 as shipped on the 2-D grid +-(0.02, -0.02), +-(0.02, +0.02), run with the CLI on
 # the 2-core CPU (no GPU was lent to that session): the campaign of level2_cpu_2d/ (500
 # seeds at 72c6c8d, copied to $ROOT/runs first) grown with the same command to more seeds,
-# SLICE seeds an array task, two array tasks at a time (one per core: two processes run
-# 1.34x the galaxies/s of one on this machine, since XLA's CPU program mostly keeps to one
-# core). As run (log.txt): n=1000 with SLICE=200 (its last task then ran alone), then
+# SLICE seeds an array task, two array tasks at a time (one per core, since XLA's CPU
+# program mostly keeps to one core; how two processes compare with one in galaxies/s is
+# not recorded). As run (log.txt): n=1000 with SLICE=200 (its last task then ran alone), then
 # n=1600 with SLICE=50, whose queue was stopped at ~9,800 images (killed tasks: their
 # claims and half-written batches are what resume is for) when n=2500 (SLICE=50,
 # STEPS=2500) was started to end before the session did; a single-task pass over the
