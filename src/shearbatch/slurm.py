@@ -207,12 +207,14 @@ def sbatch_script(opts: SbatchOptions, run_args: Sequence[str], *, comment: str 
                "--no-progress"]  # fmt: skip
         plan = shlex.quote(f"{extract_root}/{MANIFEST}")
         cmd = " ".join(shlex.quote(a) for a in ext) + ' --workers "${SLURM_CPUS_PER_TASK:-1}"'
-        lines += ["# when bias-run ends (whatever its exit status, which stays the task's): this "
-                  "task's share of", "# stage 2, its realizations' rows and draws as one partial "
-                  "(bias-extract then reads only what no partial holds);",
-                  "# only once the campaign has a plan (a --dry-run, or a run refused before it "
-                  "wrote one, leaves nothing to extract)",
-                  "trap " + shlex.quote(f"if [ -f {plan} ]; then {cmd}; fi") + " EXIT"]  # fmt: skip
+        why = "this task's bias-extract failed: the stats job extracts its realizations"
+        trap = f'st=$?; if [ -f {plan} ]; then {cmd} || echo "{why}" >&2; fi; exit $st'
+        lines += ["# when bias-run ends (whatever its exit status, which stays the task's, even "
+                  "when this fails): this", "# task's share of stage 2, its realizations' rows "
+                  "and draws as one partial (bias-extract then reads only",
+                  "# what no partial holds); only once the campaign has a plan (a --dry-run, or "
+                  "a run refused before", "# it wrote one, leaves nothing to extract)",
+                  "trap " + shlex.quote(trap) + " EXIT"]  # fmt: skip
     lines.append("bias-run " + " ".join(shlex.quote(a) for a in args))
     return "\n".join(lines) + "\n"
 

@@ -115,8 +115,8 @@ def check_effect(f: dict, jobcomp: list[dict[str, str]], logs: Path) -> None:
                 arr, idx = name.rsplit(".", 1)[0].split("_")[-2:]
                 met[name] = _runs(jobcomp, f"{arr}_{idx}", at, at + f["hold_s"])
         assert met, f
-        # the run that met the full disk ended failed (bias-run exits 4; the script's
-        # EXIT trap may turn it into 1 when its bias-extract fails on the full disk too)
+        # the run that met the full disk ended failed (bias-run exits 4, which the
+        # script's EXIT trap keeps when its bias-extract fails on the full disk too)
         assert any(e["JobState"] == "FAILED" for runs in met.values() for e in runs), met
     else:
         raise AssertionError(kind)

@@ -414,6 +414,36 @@ def test_array_tasks_starting_together_compile_once(tmp_path, caplog):
     assert len(logs[1]) == 1 and "the cache already holds" in logs[1][0]
 
 
+@pytest.mark.parametrize("run_status", [0, 4])
+@pytest.mark.parametrize("extract_status", [0, 1])
+def test_the_task_ends_with_bias_runs_status_whatever_its_extraction_does(
+    tmp_path, run_status, extract_status
+):
+    """The emitted array script, run by bash with ``bias-run`` and ``bias-extract`` stand-ins
+    on PATH: the task's exit status is bias-run's, also when the EXIT trap's extraction
+    fails (a disk still full: SLURM would otherwise call a finished task FAILED), and a
+    failed extraction says so on stderr."""
+    res, script = emit(tmp_path, "--sbatch-array", "0-1")
+    assert res.exit_code == 0, res.output
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "out" / "campaign.json").write_text("{}")  # the plan exists: the trap extracts
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, status in (("bias-run", run_status), ("bias-extract", extract_status)):
+        (bin_ / name).write_text(f"#!/bin/sh\necho {name} ran >&2\nexit {status}\n")
+        (bin_ / name).chmod(0o755)
+    # the stand-ins instead of the environment the script activates
+    text = script.read_text()
+    assert "\nsource " in text
+    script.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("source ")))
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", **slurm_env(0, 0, 1, 0, 2)}
+    got = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)  # fmt: skip
+    assert "bias-run ran" in got.stderr and "bias-extract ran" in got.stderr, got.stderr
+    assert got.returncode == run_status, got.stderr
+    assert ("this task's bias-extract failed" in got.stderr) == bool(extract_status)
+
+
 def test_each_array_task_writes_its_partial_of_its_own_slice(tmp_path):
     """The array script extracts a task's share of stage 2 when bias-run ends (an EXIT trap,
     so bias-run's exit status stays the task's): bias-extract with the script's index set,
@@ -429,10 +459,12 @@ def test_each_array_task_writes_its_partial_of_its_own_slice(tmp_path):
     assert trap < len(lines) - 1 and lines[-1].startswith("bias-run ")
     words = shlex.split(lines[trap])
     assert words[0] == "trap" and words[-1] == "EXIT"
-    guard = shlex.split(words[1].replace(";", " ; "))
-    assert guard[:3] == ["if", "[", "-f"] and guard[-1] == "fi"
+    body = shlex.split(words[1].replace(";", " ; "))
+    assert body[:4] == ["st=$?", ";", "if", "["] and body[-3:] == [";", "exit", "$st"]
+    guard = body[body.index("if") :]
+    assert guard[:3] == ["if", "[", "-f"]
     assert Path(guard[3]) == tmp_path / "out" / "campaign.json"  # only once there is a plan
-    cmd = guard[guard.index("then") + 1 : guard.index(";", guard.index("then"))]
+    cmd = guard[guard.index("then") + 1 : guard.index("||", guard.index("then"))]
     assert cmd[0] == "bias-extract" and cmd[cmd.index("--array-indices") + 1] == "10-13"
     out = Path(cmd[cmd.index("--input-dir") + 1])
     assert out == tmp_path / "out"
