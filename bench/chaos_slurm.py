@@ -37,10 +37,9 @@ A fault takes effect when:
 - ``disk_full`` (the output filesystem filled to the last byte by a filler file for
   3-10 s, while a task's engine is computing and writing): a task's log shows the
   engine's ``Error: cannot write ... No space left on device`` after the fill and that
-  run ended failed. bias-run exits 4 then; SLURM logs exit status 1 instead when the
-  script's EXIT trap (the task's ``bias-extract``) fails in turn on the still-full disk
-  (the script's ``set -e`` makes the trap's failure the script's status), so the exit
-  status is recorded, not required.
+  run ended failed. bias-run exits 4 then (before the trap kept bias-run's status, SLURM
+  logged exit status 1 when the script's EXIT trap, the task's ``bias-extract``, failed in
+  turn on the still-full disk), so the exit status is recorded, not required.
 
 A command that failed, or hit a task that had already ended, is recorded but not
 counted. The soak keeps injecting (the kind furthest from its count first; time-limit

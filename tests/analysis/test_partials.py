@@ -219,3 +219,43 @@ def test_grid_points_that_stop_on_different_passes(camp, tmp_path, monkeypatch):
     _same_fits(camp[1], fits)
     steps = [p["n_steps"] for p in fits[1]["grid_points"]]
     assert max(steps[len(steps) // 2 :]) < min(steps[: len(steps) // 2]), steps
+
+
+def test_a_partial_netcdf_cannot_write_is_one_line_exit_4_and_leaves_nothing(
+    camp, tmp_path, monkeypatch
+):
+    """netCDF-C reports a full disk as its own error ("NetCDF: HDF error", a RuntimeError,
+    met by the chaos soak as a traceback): an array task's bias-extract says in one line
+    which partial it could not write, exits 4 (as bias-run's write failures), and leaves
+    neither the partial, its temporary file nor a checksum record."""
+    import netCDF4
+
+    root = _fresh(camp, tmp_path)
+
+    real = netCDF4.Dataset
+
+    class Full:  # a real file whose variables cannot be written (the disk filled up)
+        def __init__(self, *a, **k):
+            self._ds = real(*a, **k)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._ds.close()
+            return False
+
+        def createVariable(self, *a, **k):  # netCDF4's name
+            raise RuntimeError("NetCDF: HDF error")
+
+        def __getattr__(self, name):
+            return getattr(self._ds, name)
+
+    monkeypatch.setattr(netCDF4, "Dataset", Full)
+    res = CliRunner().invoke(bias_extract, ["--input-dir", str(root), "--array-task-id", "0",
+                                            "--array-task-count", "2", "--no-progress"])  # fmt: skip
+    assert res.exit_code == 4, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: cannot write "), res.output
+    assert "task-00000-of-00002.nc" in lines[0] and "NetCDF: HDF error" in lines[0]
+    assert not list((root / "partials").glob("*")) if (root / "partials").exists() else True

@@ -31,6 +31,7 @@ name, an overlap of slices) is counted once (:func:`shearbatch.analysis.partials
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -135,42 +136,47 @@ def write_partial(
         )
     text = json.dumps(plain, default=_json_default, allow_nan=True).encode()
     sum_path(path).unlink(missing_ok=True)  # an old record must not vouch for new bytes
-    with atomic.replacing(path) as tmp:
-        with netCDF4.Dataset(tmp, "w", format="NETCDF4") as ds:
-            ds.setncattr("format", FORMAT)
-            ds.setncattr("context", json.dumps(context, sort_keys=True))
-            ds.setncattr("population", popjson.pop() if popjson else "")
-            ds.createDimension("realization", len(rows))
-            ds.createDimension("galaxy", n_gal)
-            ds.createDimension("draw", k)
-            ds.createDimension("component", 2)
-            ds.createDimension("text", len(text))
-            opts = {"fletcher32": True}
-            v = ds.createVariable("rows_json", "u1", ("text",), chunksizes=(max(1, min(
-                len(text), 1 << 22)),), **opts)  # fmt: skip
-            v[:] = np.frombuffer(text, np.uint8)
-            v = ds.createVariable("key", "u4", ("realization",), **opts)
-            v[:] = np.asarray(keys, np.uint32)
-            cg = max(1, min(CHUNK_GALAXIES, n_gal))
-            real = ds.createVariable("realization_of", "i4", ("galaxy",), chunksizes=(cg,), **opts)
-            gal = ds.createVariable("galaxy_index", "i4", ("galaxy",), chunksizes=(cg,), **opts)
-            eps = ds.createVariable("eps", "f4", ("galaxy", "draw", "component"),
-                                    chunksizes=(cg, k, 2), fill_value=False, **opts)  # fmt: skip
-            lb = ds.createVariable("log_base", "f4", ("galaxy", "draw"), chunksizes=(cg, k),
-                                   fill_value=False, **opts)  # fmt: skip
-            at = 0
-            for i, p in pops:
-                e = np.asarray(p["eps"], np.float32)
-                b = np.asarray(p["log_base"], np.float32)
-                m, kk = e.shape[0], e.shape[1]
-                if kk < k:  # NaN-padded to the largest K
-                    e = np.concatenate([e, np.full((m, k - kk, 2), np.nan, np.float32)], 1)
-                    b = np.concatenate([b, np.full((m, k - kk), np.nan, np.float32)], 1)
-                eps[at : at + m] = e
-                lb[at : at + m] = b
-                real[at : at + m] = i
-                gal[at : at + m] = np.arange(m, dtype=np.int32)
-                at += m
+    try:
+        with atomic.replacing(path) as tmp:
+            with netCDF4.Dataset(tmp, "w", format="NETCDF4") as ds:
+                ds.setncattr("format", FORMAT)
+                ds.setncattr("context", json.dumps(context, sort_keys=True))
+                ds.setncattr("population", popjson.pop() if popjson else "")
+                ds.createDimension("realization", len(rows))
+                ds.createDimension("galaxy", n_gal)
+                ds.createDimension("draw", k)
+                ds.createDimension("component", 2)
+                ds.createDimension("text", len(text))
+                opts = {"fletcher32": True}
+                v = ds.createVariable("rows_json", "u1", ("text",), chunksizes=(max(1, min(
+                    len(text), 1 << 22)),), **opts)  # fmt: skip
+                v[:] = np.frombuffer(text, np.uint8)
+                v = ds.createVariable("key", "u4", ("realization",), **opts)
+                v[:] = np.asarray(keys, np.uint32)
+                cg = max(1, min(CHUNK_GALAXIES, n_gal))
+                real = ds.createVariable(
+                    "realization_of", "i4", ("galaxy",), chunksizes=(cg,), **opts
+                )
+                gal = ds.createVariable("galaxy_index", "i4", ("galaxy",), chunksizes=(cg,), **opts)
+                eps = ds.createVariable("eps", "f4", ("galaxy", "draw", "component"),
+                                        chunksizes=(cg, k, 2), fill_value=False, **opts)  # fmt: skip
+                lb = ds.createVariable("log_base", "f4", ("galaxy", "draw"), chunksizes=(cg, k),
+                                       fill_value=False, **opts)  # fmt: skip
+                at = 0
+                for i, p in pops:
+                    e = np.asarray(p["eps"], np.float32)
+                    b = np.asarray(p["log_base"], np.float32)
+                    m, kk = e.shape[0], e.shape[1]
+                    if kk < k:  # NaN-padded to the largest K
+                        e = np.concatenate([e, np.full((m, k - kk, 2), np.nan, np.float32)], 1)
+                        b = np.concatenate([b, np.full((m, k - kk), np.nan, np.float32)], 1)
+                    eps[at : at + m] = e
+                    lb[at : at + m] = b
+                    real[at : at + m] = i
+                    gal[at : at + m] = np.arange(m, dtype=np.int32)
+                    at += m
+    except RuntimeError as err:  # netCDF-C's own errors (a full disk: "NetCDF: HDF error")
+        raise OSError(errno.EIO, f"netCDF: {err}", str(path)) from err
     size, crc = file_crc(path)
     atomic.write_text(sum_path(path), json.dumps({"format": FORMAT, "size": size, "crc32": crc}))
     return path
