@@ -9,15 +9,15 @@ the campaign config's ``campaign.requirement``, else ``level0``), reads the tabl
 and judges it (:func:`stats_of_table`, i.e.
 :func:`shearbatch.analysis.bias.measure_bias`) and writes ``bias_results.json``, the
 figures and the report (:mod:`shearbatch.app.report`), each atomically.
-:meth:`shearbatch.api.Campaign.stats` calls :func:`choose_requirement` and
-:func:`stats_of_table` on :func:`shearbatch.app.extract.campaign_table`, so the Python API
-and the command agree on the same campaign.
+:meth:`shearbatch.api.Campaign.stats` calls :func:`run_stats` with the same options, so
+the Python API and the command write the same ``bias_results.json`` on the same campaign.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -64,7 +64,8 @@ class StatsOptions:
     target_sigma_m: float | None = None
     include_unplanned: bool = False
     posterior_dir: str | Path | None = None
-    acceptance_config: str | Path | None = None
+    acceptance_config: str | Path | Mapping[str, Any] | None = None
+    """A YAML path, or its content (:func:`shearbatch.analysis.verdict.load_acceptance`)."""
     estimator: str = "auto"
     point: str = "auto"
     weights: str = "none"
@@ -72,8 +73,9 @@ class StatsOptions:
     """None: SBC when the truths were drawn from the prior."""
     n_boot: int = 1000
     plots: bool = True
-    report: str | Path | None = None
-    """Default: ``<campaign directory>/report.html`` for a campaign directory, else none."""
+    report: str | Path | bool | None = None
+    """None: ``<campaign directory>/report.html`` for a campaign directory, else none;
+    False: none (the Python API's default)."""
     command: tuple[str, ...] = ()
     """The command line, quoted in the report as provenance."""
 
@@ -168,6 +170,7 @@ def check_stats(opts: StatsOptions) -> _Checked:
         if opts.posterior_dir is not None and not Path(opts.posterior_dir).is_dir():
             raise StageError(f"--posterior-dir: {opts.posterior_dir} is not a directory")
         report = opts.report if opts.report is not None or not src.is_dir() else out / REPORT
+        report = None if report is False else report  # the API's "no report"
         if report is not None and Path(report).is_dir():
             raise StageError(f"--report: {report} is a directory")
         if src.is_dir() and not summary_is_fresh(src / SUMMARY, src):
