@@ -471,7 +471,7 @@ def measure_bias(
         bias.update({f"m{k}": f.m, f"m{k}_err": f.m_err, f"c{k}": f.c, f"c{k}_err": f.c_err,
                      f"m{k}_reason": f.m_reason or None})  # fmt: skip
     info = rq.REQUIREMENTS[name]
-    result = BiasResult(
+    result = BiasResult.build(
         level=rq.alias_of(name) or name, estimator=estimator,
         point_estimate="population" if pooled is not None else point, weights=weights,
         requirement=Requirement(name, info["for"], info["source"]),
@@ -494,5 +494,5 @@ def measure_bias(
     method = str(use["method"].iloc[0]) if "method" in use.columns else "method"
     frac = len(use) / max(sc["n_complete"], 1)
     if (side := compare_estimators(use, point, acc, frac, method)) is not None:
-        result = result.replace(extra={**result.extra, "estimators": side})
+        result = result.replace(estimators=side)
     return BiasAnalysis(result, fits, use)
