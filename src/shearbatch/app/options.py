@@ -21,7 +21,10 @@ import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..schema import Config
 
 __all__ = [
     "CAMPAIGN_FLAGS",
@@ -313,7 +316,7 @@ def _apply_sets(data: Mapping[str, Any], sets: Mapping[str, tuple[str, Any]]) ->
 
 def merge_config(
     data: Mapping[str, Any], kw: RunOptions | Mapping[str, Any]
-) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[Config, dict[str, Any], list[dict[str, Any]]]:
     """``(config, data as validated, overrides)``: ``data`` (a config mapping) validated
     alone, then with ``kw``'s ``--set`` items and flags merged in (in that order) and
     validated again. Raises :class:`~shearbatch.schema.ConfigError` naming the config key

@@ -17,9 +17,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import PlanError, RunOptions, merge_config
+
+if TYPE_CHECKING:  # the schema and the spec load with the plan (plan_run imports them)
+    from ..campaign import Realization
+    from ..schema import Config
+    from ..spec import RunSpec
 
 __all__ = ["MAX_PLAN", "Plan", "check_campaign", "check_out_path", "check_writable",
            "frozen_path", "load_config_data", "plan_identity", "plan_run"]  # fmt: skip
@@ -35,15 +40,15 @@ class Plan:
     """What one ``bias-run`` process (one array task) is to do; built by :func:`plan_run`."""
 
     #: the validated config, flags applied
-    cfg: Any
+    cfg: Config
     #: the hashable run spec of ``cfg`` (:func:`shearbatch.spec.run_spec`)
-    spec: Any
+    spec: RunSpec
     #: every realization of the campaign, in plan order (all array tasks)
-    realizations: tuple[Any, ...]
+    realizations: tuple[Realization, ...]
     #: this array task's contiguous slice of ``realizations``
-    mine: tuple[Any, ...]
+    mine: tuple[Realization, ...]
     #: the part of ``mine`` to compute (not complete, or everything with ``overwrite``)
-    todo: tuple[Any, ...]
+    todo: tuple[Realization, ...]
     #: run id -> :func:`shearbatch.io.realization_status` of each of ``mine`` when planned
     status: Mapping[str, str]
     #: lanes of the compiled program: the campaign's, never this task's share
@@ -121,7 +126,7 @@ def frozen_path(kw: RunOptions) -> Path | None:
     return path if path.is_file() else None
 
 
-def load_config_data(kw: RunOptions) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+def load_config_data(kw: RunOptions) -> tuple[Config, dict[str, Any], list[dict[str, Any]]]:
     """``(config, data, overrides)``: the config (a YAML path, a mapping, or without one
     the frozen ``config.yaml`` of ``--output-dir``) with ``kw``'s ``--set`` items and flags
     merged in, validated (:func:`~shearbatch.app.options.merge_config`)."""
@@ -139,7 +144,7 @@ def load_config_data(kw: RunOptions) -> tuple[Any, dict[str, Any], list[dict[str
     return merge_config(data, kw)
 
 
-def load_with_flags(kw: RunOptions) -> Any:
+def load_with_flags(kw: RunOptions) -> Config:
     """The config (a YAML path or a mapping) with ``kw``'s flags merged in, validated."""
     return load_config_data(kw)[0]
 
