@@ -105,3 +105,13 @@ def test_every_committed_result_round_trips_and_renders(path, tmp_path):
     assert lines[-1].startswith(f"verdict: {res.verdict} ")
     page = render_report(res, [], {}, {"command": "bias-stats"})
     assert f"id='verdict'>{res.verdict}<" in page and "<h2>Coverage</h2>" in page
+
+
+def test_the_old_string_reads_still_work_with_a_warning():
+    """A notebook written when the sections were mappings (res.fits["g1"]["error_label"])
+    still reads them, warned that they are records now."""
+    res = BiasResult.from_json(json.loads(OLD[0].read_text()))
+    with pytest.warns(DeprecationWarning, match="read the field instead"):
+        assert res.fits["g1"]["error_label"] == res.fits.g1.error_label
+    with pytest.warns(DeprecationWarning), pytest.raises(KeyError):
+        res.prior["nothing"]

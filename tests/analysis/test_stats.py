@@ -186,7 +186,7 @@ def test_exclusions_are_counted_by_flag():
     "kw, msg",
     [
         ({"requirement": "level_9"}, "unknown requirement"),
-        ({"estimator": "x"}, "unknown estimator"),
+        ({"estimator": "x"}, "estimator: unknown 'x'; use regression, paired or auto"),
     ],
 )
 def test_bad_input_raises_one_line(kw, msg):
@@ -270,9 +270,9 @@ def test_mode_without_map_estimates_is_bad_input():
     df["g1_mode"], df["g2_mode"] = df["g1_mean"], np.nan  # an older convergence.json
     with pytest.raises(ValueError, match="g1_mode, g2_mode empty in 12 converged row"):
         bias.measure_bias(df, point="mode")
-    with pytest.raises(ValueError, match="unknown point estimate"):
+    with pytest.raises(ValueError, match="point: unknown 'mad'; use mean, median, mode or auto"):
         bias.measure_bias(df, point="mad")
-    with pytest.raises(ValueError, match="unknown weights"):
+    with pytest.raises(ValueError, match="weights: unknown 'ivar'; use none or inverse-variance"):
         bias.measure_bias(df, weights="ivar")
 
 

@@ -329,6 +329,21 @@ class Section:
         """:meth:`from_json`, None for None (a section the file has as null)."""
         return None if d is None else cls.from_json(d)
 
+    def __getitem__(self, key: str) -> Any:
+        """``section[key]``, as when the sections were mappings: deprecated (read the
+        field); a :class:`DeprecationWarning`, then the field's value (a record for a
+        nested section), or an unknown key's value, else ``KeyError``."""
+        import warnings
+
+        warnings.warn(f"{type(self).__name__}[{key!r}]: bias_results.json's sections are "
+                      "records since issue 46; read the field instead", DeprecationWarning,
+                      stacklevel=2)  # fmt: skip
+        if key in self.extra:
+            return self.extra[key]
+        if key in self._names() and (self.keys is None or key in self.keys):
+            return getattr(self, key)
+        raise KeyError(key)
+
     def to_json(self) -> dict[str, Any]:
         order = self.keys if self.keys is not None else (*self._names(), *self.extra)
         out = {k: self.extra[k] if k in self.extra else _dump(getattr(self, k)) for k in order}
