@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..engine import runtime
 from .options import PlanError
 from .plan import Plan
 from .signals import StopOnSignal
 
-__all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "n_complete",
+if TYPE_CHECKING:
+    from ..engine import Execution
+
+__all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "execution_of", "n_complete",
            "record_command", "resume_hint", "run", "run_claimed", "write_manifest"]  # fmt: skip
 
 logger = logging.getLogger("shearbatch")
@@ -205,11 +208,26 @@ def claimed(plan: Plan, quiet: bool = False) -> Iterator[Claimed]:
 CLAIM_WAIT_S = 60.0
 
 
+def execution_of(plan: Plan, provenance: Mapping[str, Any], **run_kw: Any) -> Execution:
+    """The one record the engine runs ``plan`` with (:class:`shearbatch.engine.Execution`):
+    the plan's lanes (``auto``, or the campaign's), lane chunk, memory budget, writes,
+    draws and the realizations' ``provenance``; ``run_kw``: this run's ``progress``,
+    ``stop`` and ``deadline``."""
+    from ..engine import Execution
+
+    return Execution(output_dir=plan.output_dir,
+                     batch_size="auto" if plan.auto_batch else plan.batch_size,
+                     lane_chunk=plan.lane_chunk, memory_budget=plan.options.memory_budget,
+                     overlap=plan.options.overlap, provenance=provenance,
+                     draws=plan.cfg.campaign.draws, **run_kw)  # fmt: skip
+
+
 def run_claimed(plan: Plan, provenance: dict[str, Any], *, claim_wait: float | None = None,
                 **engine_kw: Any) -> tuple[Any, int]:  # fmt: skip
-    """Claim this task's realizations and run them; ``engine_kw``:
-    :func:`shearbatch.engine.run_campaign`'s progress / stop / deadline. Returns the
-    engine's report and the number skipped because another process held them.
+    """Claim this task's realizations and run them with one
+    :class:`~shearbatch.engine.Execution` (:func:`execution_of`; ``engine_kw``: its
+    progress / stop / deadline). Returns the engine's report and the number skipped
+    because another process held them.
 
     Realizations another process held are not lost when it dies: once this task's own are
     done, it polls their claims for up to ``claim_wait`` seconds (:data:`CLAIM_WAIT_S`),
@@ -219,16 +237,14 @@ def run_claimed(plan: Plan, provenance: dict[str, Any], *, claim_wait: float | N
     import dataclasses
     import time
 
-    from ..engine import BatchTooLarge, run_campaign
+    from .. import engine as eng
+
+    execution = execution_of(plan, provenance, **engine_kw)
 
     def engine(todo: list[Any]) -> Any:
         try:
-            return run_campaign(plan.spec, todo, output_dir=plan.output_dir,
-                                batch_size="auto" if plan.auto_batch else plan.batch_size,
-                                overlap=plan.options.overlap, lane_chunk=plan.lane_chunk,
-                                provenance=provenance, memory_budget=plan.options.memory_budget,
-                                draws=plan.cfg.campaign.draws, **engine_kw)  # fmt: skip
-        except BatchTooLarge as err:
+            return eng.run(plan.spec, todo, execution)
+        except eng.BatchTooLarge as err:
             raise PlanError(str(err)) from None
 
     with claimed(plan) as cl:
