@@ -230,7 +230,7 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
     ``bias-run``'s options with underscores (``shear_grid=[-0.05, 0.05]``,
     ``shear_grid_g2=[...]``, ``n_realizations=20``, ``output_dir=...``,
     ``method=<a registered method>``, ``x64=False``, ``batch_size=...``, ``paired=True``, ...:
-    the fields of :class:`shearbatch.app.RunOptions`); unknown options and bad values raise
+    the fields of :class:`shearbatch.app.RunOptions`' groups); unknown options and bad values raise
     ``ValueError`` with the CLI's message. Complete realizations are skipped unless
     ``overwrite=True``.
     """
@@ -249,12 +249,13 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
             options[k] = tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else (v,)
         else:
             options.pop(k, None)
-    opts = app.RunOptions(config=config if isinstance(config, Mapping) else str(config),
-                          **{**options, "progress": bool(options.get("progress"))})  # fmt: skip
+    opts = app.RunOptions.of(config=config if isinstance(config, Mapping) else str(config),
+                             **{**options, "progress": bool(options.get("progress"))})  # fmt: skip
+    ex = opts.execution
     try:
         plan = app.plan_run(opts)
-        deadline = app.deadline(opts.time_limit) if opts.time_limit is not None else None
-        out = app.run(plan, progress=bool(opts.progress), signals=False, deadline=deadline)
+        deadline = app.deadline(ex.time_limit) if ex.time_limit is not None else None
+        out = app.run(plan, progress=bool(ex.progress), signals=False, deadline=deadline)
     except ConfigError as err:  # PlanError is a ValueError too
         raise ValueError(str(err)) from None
     report = out.report

@@ -162,7 +162,7 @@ def pilot(plan: Plan) -> PilotTiming:
 
     spec, lanes = plan.spec, plan.batch_size
     reals = pad_to(list(plan.todo or plan.mine)[:lanes], lanes)
-    cache_dir = plan.options.cache_dir or runtime.default_cache_dir(plan.output_dir)
+    cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)
     with runtime.scoped():
         runtime.configure(spec.precision == "float64", cache_dir)
         t0 = time.perf_counter()

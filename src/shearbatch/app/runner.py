@@ -152,7 +152,7 @@ def write_manifest(plan: Plan) -> dict[str, Any]:
                                        plan=dict(plan.plan_info),
                                        run_ids=[r.run_id for r in plan.realizations],
                                        batch_size=plan.batch_size, env=env,
-                                       replace=plan.options.overwrite,
+                                       replace=plan.options.execution.overwrite,
                                        overrides=plan.overrides,
                                        frozen=plan.config_data)  # fmt: skip
     except ValueError as err:
@@ -190,7 +190,7 @@ def claimed(plan: Plan, quiet: bool = False) -> Iterator[Claimed]:
         mine = set(cl.mine)
         todo = [r for r in plan.todo if r.run_id in mine]
         done: tuple[str, ...] = ()
-        if not plan.options.overwrite:
+        if not plan.options.execution.overwrite:
             now = [r for r in todo
                    if realization_status(root, r.run_id, plan.expect, r._asdict()) != "done"]  # fmt: skip
             done = tuple(sorted(mine - {r.run_id for r in now}))
@@ -217,8 +217,8 @@ def execution_of(plan: Plan, provenance: Mapping[str, Any], **run_kw: Any) -> Ex
 
     return Execution(output_dir=plan.output_dir,
                      batch_size="auto" if plan.auto_batch else plan.batch_size,
-                     lane_chunk=plan.lane_chunk, memory_budget=plan.options.memory_budget,
-                     overlap=plan.options.overlap, provenance=provenance,
+                     lane_chunk=plan.lane_chunk, memory_budget=plan.options.execution.memory_budget,
+                     overlap=plan.options.execution.overlap, provenance=provenance,
                      draws=plan.cfg.campaign.draws, **run_kw)  # fmt: skip
 
 
@@ -307,7 +307,7 @@ def run(
     """
     from .preview import preview as write_preview
 
-    cache_dir = plan.options.cache_dir or runtime.default_cache_dir(plan.output_dir)
+    cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)
     stopper = StopOnSignal(lambda: resume_hint(plan)) if signals else contextlib.nullcontext()
     with runtime.scoped(), stopper as stop:
         cache = runtime.configure(plan.spec.precision == "float64", cache_dir)
@@ -333,7 +333,7 @@ def preview_only(plan: Plan, path: Path, notify: Callable[[str], None] = logger.
     """``--dry-run --preview``: the PNG of the first stamps, nothing else computed or written."""
     from .preview import preview as write_preview
 
-    cache_dir = plan.options.cache_dir or runtime.default_cache_dir(plan.output_dir)
+    cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)
     with runtime.scoped():
         runtime.configure(plan.spec.precision == "float64", cache_dir)
         write_preview(plan, path, notify=notify)
