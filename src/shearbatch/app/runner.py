@@ -17,7 +17,7 @@ from .plan import Plan
 from .signals import StopOnSignal
 
 if TYPE_CHECKING:
-    from ..engine import Execution
+    from ..engine import Execution, Lanes
 
 __all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "execution_of", "n_complete",
            "record_command", "resume_hint", "run", "run_claimed", "write_manifest"]  # fmt: skip
@@ -85,32 +85,38 @@ def record_command(plan: Plan, args: Sequence[str]) -> None:
         raise WriteError(f"cannot write {out / COMMANDS_FILE}: {err.strerror}") from None
 
 
-def compile_first(plan: Plan, cache: str) -> None:
+def compile_first(plan: Plan, cache: str) -> Lanes | None:
     """Compile (or load) this campaign's generator and inference program while holding the
     cache's lock, so that array tasks starting together compile once between them: the
     first one compiles, writes the cache and leaves a marker (``.compiled-<key>``, the key
     hashing the config, method, lanes, precision, JAX version and devices); the others
-    wait, see the marker and go on to read the cache (no second trace of the program)."""
+    wait, see the marker and go on to read the cache (no second trace of the program).
+
+    The program is compiled as the engine's lane decision compiles it
+    (:func:`shearbatch.engine.plan_lanes`: the campaign's lanes, the memory budget, the lane
+    chunk), and that decision is returned, for the engine to run with
+    (:attr:`shearbatch.engine.Execution.lanes`); None where this task did not compile (the
+    engine then decides, from the cache)."""
     import hashlib
     import json
 
     import jax
 
     from ..core.batching import pad_to
-    from ..engine import build_program, compile_lanes, lane_chunk_for
+    from ..engine import BatchTooLarge, build_program, lane_chunk_for, plan_lanes
 
     spec, lanes = plan.spec, plan.batch_size
     devs = jax.devices()
     if plan.auto_batch:
         logger.info("--batch-size auto: each task picks its lanes from its device's memory; "
                     "no shared compile step")  # fmt: skip
-        return
+        return None
     if len(jax.local_devices()) > 1:
         # the engine splits lanes over the devices with a program of its own making; a
         # warm-up of the one-device program here would compile something never used
         logger.info("%d local devices: no shared compile step, each task compiles or "
                     "reads the cache itself", len(jax.local_devices()))  # fmt: skip
-        return
+        return None
     what = [spec.config_hash, spec.method, spec.precision, lanes, plan.lane_chunk,
             jax.__version__, devs[0].platform, devs[0].device_kind, len(devs)]  # fmt: skip
     key = hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
@@ -119,25 +125,35 @@ def compile_first(plan: Plan, cache: str) -> None:
         if marker.exists():
             logger.info("compile lock (waited %.1f s): the cache already holds the campaign's "
                         "%d-lane programs", waited, lanes)  # fmt: skip
-            return
+            return None
         before = dict(runtime.CACHE_EVENTS)
         padded = pad_to(list(plan.todo[:lanes]), lanes)
-        built = build_program(spec, padded, chunk=lane_chunk_for(plan.lane_chunk, spec))
-        # as the engine compiles it before its first batch (engine.plan_lanes: for the shapes,
-        # not for these arrays), so that the cache entry is the one the tasks will look up
-        compiled = compile_lanes(built.program, spec, lanes)[0] or built.compile()
+        chunk = lane_chunk_for(plan.lane_chunk, spec)
+        built = build_program(spec, padded, chunk=chunk)
+        # the engine's lane decision (for the shapes, not for these arrays), so that the
+        # cache entry is the one the tasks will look up, at the width the budget allows
+        try:
+            decided = plan_lanes(spec, built.program, lanes, len(plan.todo),
+                                 budget=plan.options.execution.memory_budget,
+                                 multiple=chunk or 1)  # fmt: skip
+        except BatchTooLarge as err:
+            raise PlanError(str(err)) from None
+        compiled = decided.compiled or built.compile()
         # the residual check too, on the program's outputs (the engine runs it on the device
-        # after each batch): compiled here, under the lock, it is not compiled by two tasks
+        # after each batch or lane chunk): compiled here, under the lock, it is not compiled
+        # by two tasks
         samples = getattr(compiled, "out_info", None)
         if samples is not None:
             from ..core.checks import chi2_program
 
-            chi2_program(spec.model).lower(samples.samples, built.sim.images).compile()
+            images = built.sim.images[: decided.width]
+            chi2_program(spec.model).lower(samples.samples, images).compile()
         marker.touch()
         ev = runtime.CACHE_EVENTS
         logger.info("compile lock (waited %.1f s): %d cache hit(s), %d miss(es) for the "
                     "campaign's %d-lane programs", waited, ev["hits"] - before["hits"],
                     ev["misses"] - before["misses"], lanes)  # fmt: skip
+        return decided if decided.compiled is not None else None
 
 
 def write_manifest(plan: Plan) -> dict[str, Any]:
@@ -212,7 +228,7 @@ def execution_of(plan: Plan, provenance: Mapping[str, Any], **run_kw: Any) -> Ex
     """The one record the engine runs ``plan`` with (:class:`shearbatch.engine.Execution`):
     the plan's lanes (``auto``, or the campaign's), lane chunk, memory budget, writes,
     draws and the realizations' ``provenance``; ``run_kw``: this run's ``progress``,
-    ``stop`` and ``deadline``."""
+    ``stop``, ``deadline`` and ``lanes`` (the lane decision :func:`compile_first` made)."""
     from ..engine import Execution
 
     return Execution(output_dir=plan.output_dir,
@@ -315,12 +331,12 @@ def run(
         if preview is not None:
             write_preview(plan, preview, notify=notify)
         provenance = write_manifest(plan)
-        if plan.task[1] > 1 and plan.todo:
-            compile_first(plan, cache)
+        lanes = compile_first(plan, cache) if plan.task[1] > 1 and plan.todo else None
         if command is not None:
             record_command(plan, command)
         report, skipped = run_claimed(plan, provenance, progress=progress, deadline=deadline,
-                                      stop=stop.event if stop is not None else None)  # fmt: skip
+                                      stop=stop.event if stop is not None else None,
+                                      lanes=lanes)  # fmt: skip
         if preview is not None:  # again, now with the model at each estimate and the residual
             write_preview(plan, preview, fitted=True, notify=notify)
     ev = runtime.CACHE_EVENTS

@@ -451,6 +451,9 @@ class Execution:
     progress: bool = False
     stop: threading.Event | None = None
     deadline: float | None = None
+    lanes: Lanes | None = None
+    """The lane decision when it was made before (:func:`plan_lanes` for the same program,
+    lanes, budget and chunk: ``bias-run``'s shared compile step), else None: made here."""
 
 
 @dataclasses.dataclass
@@ -540,10 +543,15 @@ class _Run:
         spec, ex = self.spec, self.ex
         self.first_ok = ex.deadline is None or time.time() < ex.deadline
         t_plan = time.perf_counter()
+        given = ex.lanes
+        if given is not None and (self.mesh is not None or given.batch != self.batch_size):
+            logger.info("the lane plan given (%d lanes) is not this run's: decided again",
+                        given.batch)  # fmt: skip
+            given = None
         try:
-            self.lanes = lanes = plan_lanes(spec, self.program, self.batch_size, len(self.todo),
-                                            budget=ex.memory_budget,
-                                            multiple=self.n_dev * (self.chunk or 1))  # fmt: skip
+            self.lanes = lanes = given or plan_lanes(
+                spec, self.program, self.batch_size, len(self.todo), budget=ex.memory_budget,
+                multiple=self.n_dev * (self.chunk or 1))  # fmt: skip
         except BaseException:
             self.sink.close(abandon=True)
             raise
