@@ -15,19 +15,22 @@ is imported or run. Then it counts:
 2. **Climbs.** Every node has a layer (:data:`LAYERS`, bottom first: the order of
    docs/design.md's package-layout map). A climb is a module import edge (distinct
    ``importer -> imported`` pair of modules) from a lower layer to a higher one.
-3. **The static walk from app/runner.py to the writer.** The modules on some import path
-   from ``shearbatch.app.runner`` to ``shearbatch.io.writer`` (reachable from the first
-   and reaching the second, both included): their number, their files, and the climbs
-   among the edges between them.
-4. **The call walk** (``--calls``: runs a tiny Level 0 campaign, 2 realizations at one
-   shear, MAP, in this process, through ``bias-run``'s click command): from the moment
-   ``shearbatch.app.runner.run`` is entered until it returns, every call from one
-   function of the package to another in the main thread (``sys.setprofile``; the
-   writer threads and processes are not seen; calls made while JAX traces a program
-   are). "Stops": the distinct functions called (``module:qualname``) and their files;
-   a climb: a distinct ``caller -> callee`` pair of functions whose callee's layer is
-   above its caller's (callbacks included: a function of the engine handed to core and
-   called there is a climb). ``--calls`` takes a minute on the 2-core CPU.
+3. **The static walks from app/runner.py to the writer, and from app/stats.py to
+   bias_results.json.** The modules on some import path from ``shearbatch.app.runner`` to
+   ``shearbatch.io.writer`` (from ``shearbatch.app.stats`` to ``shearbatch.io.atomic``,
+   which writes ``bias_results.json``; reachable from the first and reaching the second,
+   both included): their number, their files, and the climbs among the edges between them.
+4. **The call walks** (``--calls``: runs a tiny Level 0 campaign, 2 realizations, MAP,
+   one seed at two shears, in this process, through ``bias-run``'s click command, then
+   ``bias-stats --no-plots`` on it): from the moment ``shearbatch.app.runner.run`` (for
+   ``bias-stats``: ``shearbatch.app.stats.run_stats``) is entered until it returns, every
+   call from one function of the package to another in the main thread
+   (``sys.setprofile``; the writer threads and processes are not seen; calls made while
+   JAX traces a program are). "Stops": the distinct functions called (``module:qualname``)
+   and their files; a climb: a distinct ``caller -> callee`` pair of functions whose
+   callee's layer is above its caller's (callbacks included: a function of the engine
+   handed to core and called there is a climb). ``--calls`` takes a minute or two on the
+   2-core CPU.
 
 Usage: ``python bench/layer_walk.py [--calls] [--json]``.
 """
@@ -181,6 +184,7 @@ def counts(src: Path = SRC) -> dict:
     graph = import_graph(src)
     folders = folder_graph(graph)
     stops = walk(graph, f"{PKG}.app.runner", f"{PKG}.io.writer")
+    stats = walk(graph, f"{PKG}.app.stats", f"{PKG}.io.atomic")
     mods = modules(src)
     return {
         "modules": len(graph),
@@ -193,18 +197,36 @@ def counts(src: Path = SRC) -> dict:
             "files": sorted(str(mods[m].relative_to(src)) for m in stops),
             "climbs": [f"{a} -> {b}" for a, b in climbs(graph, stops)],
         },
+        "walk_stats_to_results": {
+            "stops": len(stats),
+            "files": sorted(str(mods[m].relative_to(src)) for m in stats),
+            "climbs": [f"{a} -> {b}" for a, b in climbs(graph, stats)],
+        },
     }
 
 
 def call_walk(workdir: Path) -> dict:
-    """Run a tiny Level 0 campaign under a profiler (see the module docstring, 4.)."""
+    """Run a tiny Level 0 campaign, then bias-stats on it, under a profiler (see the module
+    docstring, 4.): ``{"run": walk of app.runner.run, "stats": walk of app.stats.run_stats}``."""
+    from shearbatch.cli import bias_run, bias_stats
+
+    root = Path(__file__).resolve().parents[1]
+    args = ["--config", str(root / "configs" / "level0.yaml"), "--n-realizations", "1",
+            "--shear-grid", "0.01", "0.02", "--output-dir", str(workdir / "runs"),
+            "--cache-dir", "off", "--no-progress"]  # fmt: skip
+    run = _profiled(bias_run, args, f"{PKG}.app.runner:run", (0,))
+    stats = _profiled(bias_stats, ["--input", str(workdir / "runs"), "--no-plots"],
+                      f"{PKG}.app.stats:run_stats", (0, 1, 3))  # fmt: skip
+    return {"run": run, "stats": stats}
+
+
+def _profiled(command, args: list[str], entry: str, ok: tuple[int, ...]) -> dict:
+    """The call walk of ``command args`` from ``entry`` (``module:qualname``) until it
+    returns."""
     import sys
 
     from click.testing import CliRunner
 
-    from shearbatch.cli import bias_run
-
-    root = Path(__file__).resolve().parents[1]
     files = {str(p.resolve()): str(p.relative_to(SRC)) for p in SRC.rglob("*.py")}
     calls: set[tuple[str, str]] = set()
     stops: dict[str, str] = {}
@@ -220,7 +242,7 @@ def call_walk(workdir: Path) -> dict:
         if event not in ("call", "return"):
             return
         callee = name(frame)
-        if callee == f"{PKG}.app.runner:run":
+        if callee == entry:
             inside[0] += 1 if event == "call" else -1
             if event == "call":
                 stops[callee] = files.get(str(Path(frame.f_code.co_filename).resolve()), "?")
@@ -232,16 +254,13 @@ def call_walk(workdir: Path) -> dict:
         if caller is not None and caller != callee:
             calls.add((caller, callee))
 
-    args = ["--config", str(root / "configs" / "level0.yaml"), "--n-realizations", "2",
-            "--shear-grid", "0.01", "--output-dir", str(workdir / "runs"),
-            "--cache-dir", "off", "--no-progress"]  # fmt: skip
     sys.setprofile(prof)
     try:
-        res = CliRunner().invoke(bias_run, args)
+        res = CliRunner().invoke(command, args)
     finally:
         sys.setprofile(None)
-    if res.exit_code != 0:
-        raise RuntimeError(f"bias-run exited {res.exit_code}: {res.output}")
+    if res.exit_code not in ok:
+        raise RuntimeError(f"{command.name} exited {res.exit_code}: {res.output}")
 
     def lay(fn: str) -> int:
         return layer(fn.partition(":")[0])
@@ -292,9 +311,18 @@ def main(argv: list[str] | None = None) -> dict:
         print("  " + f)
     for c in w["climbs"]:
         print("  climb: " + c)
-    if "call_walk" in res:
-        c = res["call_walk"]
-        print(f"call walk from app/runner.py:run: {c['stops']} functions over "
+    w = res["walk_stats_to_results"]
+    print(f"walk app/stats.py -> io/atomic.py (bias_results.json): {w['stops']} modules over "
+          f"{len(w['files'])} files, {len(w['climbs'])} climbs")  # fmt: skip
+    for f in w["files"]:
+        print("  " + f)
+    for c in w["climbs"]:
+        print("  climb: " + c)
+    for key, entry in (("run", "app/runner.py:run"), ("stats", "app/stats.py:run_stats")):
+        if "call_walk" not in res:
+            break
+        c = res["call_walk"][key]
+        print(f"call walk from {entry}: {c['stops']} functions over "
               f"{len(c['files'])} files, {len(c['climbs'])} climbs "
               f"({len(c['module_climbs'])} distinct module pairs)")  # fmt: skip
         for f in c["files"]:

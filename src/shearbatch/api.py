@@ -10,15 +10,16 @@
     camp = shearbatch.open_campaign("results/nb")      # the same, for an existing campaign
     camp.statuses()          # run_id -> ok / failed / incomplete / corrupt
     df = camp.summary()      # one row per realization (what bias-extract writes)
-    res = camp.stats()       # a BiasResult: res.m1, res.c1_err, res.verdict (bias-stats)
+    res = camp.stats()       # bias-stats: a BiasResult (res.m1, res.c1_err, res.verdict)
     post = camp.posterior(camp.realizations[0])   # xarray.DataTree with units / long_name
     camp.describe(camp.realizations[0])           # az.summary at full precision
 
 :func:`run` mirrors ``bias-run``: its keyword arguments are the command's
 options (``shear_grid=[...]`` is ``--shear-grid ...``) and go through the same
 validation (a bad value raises ``ValueError`` with the CLI's one-line message)
-and the same engine. :class:`Campaign` reads files only; it never recomputes
-an inference.
+and the same engine. :class:`Campaign` never recomputes an inference; it reads
+files, and :meth:`Campaign.stats` is ``bias-stats`` (:func:`shearbatch.app.run_stats`), so it
+writes ``bias_results.json`` as the command does.
 """
 
 from __future__ import annotations
@@ -78,40 +79,49 @@ class Campaign:
         """``run_id -> status`` (ok, failed, incomplete, corrupt) as a pandas Series."""
         return self.summary()["status"]
 
-    def stats(self, requirement: str | None = None, level: str | None = None,
-              **options: Any) -> BiasResult:  # fmt: skip
-        """The ``bias-stats`` analysis (m, c, errors, coverage, planning, verdict) as a
-        :class:`~shearbatch.analysis.result.BiasResult` (``.to_json()``: the mapping of
-        ``bias_results.json``).
+    def stats(self, requirement: str | None = None, level: str | None = None, *,
+              output_dir: str | Path | None = None, plots: bool = False,
+              report: str | Path | bool = False, **options: Any) -> BiasResult:  # fmt: skip
+        """``bias-stats --input <this campaign>``: :func:`shearbatch.app.run_stats`, the
+        function the command calls, with the command's options (underscores for dashes:
+        ``requirement``, ``level``, ``target_sigma_m``, ``include_unplanned``,
+        ``posterior_dir``, ``acceptance_config``, ``estimator``, ``point``, ``weights``,
+        ``sbc``, ``n_boot``, ``output_dir``, ``plots``, ``report``), the same checks (a bad
+        value raises ``ValueError`` with the command's one-line message) and the same
+        files: ``bias_results.json`` is written to ``output_dir`` (default: the campaign
+        directory) byte for byte as ``bias-stats`` writes it, and ``summary.csv`` is
+        extracted there first when older than a realization file. Returns the
+        :class:`~shearbatch.analysis.result.BiasResult` (m, c, errors, coverage, planning,
+        verdict; ``.to_json()``: the mapping of ``bias_results.json``).
 
-        ``requirement``: a preset of :data:`shearbatch.schema.requirements.REQUIREMENTS`
-        (``level``: its alias ``level_k``, kept for old callers); by default the campaign
-        config's ``campaign.requirement``, else ``level0``; the result's ``requirement``
-        says which and from where. ``options``: ``estimator``, ``point``, ``weights``,
-        ``n_boot``, ``sbc_mode``, ``acceptance``, ``include_unplanned``, ``target_sigma_m``
-        (see :func:`shearbatch.analysis.bias.measure_bias`). The same functions as
-        ``bias-stats --input <this campaign>`` (:func:`shearbatch.app.choose_requirement`,
-        :func:`shearbatch.app.stats_of_table` on :func:`shearbatch.app.campaign_table`),
-        without writing a file.
+        Two defaults differ from the command's, for notebooks: ``plots=False`` (the
+        command: on) and ``report=False`` (no HTML report; ``True``: the command's default,
+        ``<campaign>/report.html``; a path: there). ``acceptance_config`` is a YAML path, or
+        its content as a mapping.
+
+        Deprecated keyword names, kept working with a :class:`DeprecationWarning`:
+        ``sbc_mode`` (``"auto"``, ``"on"``, ``"off"``: ``sbc`` None, True, False) and
+        ``acceptance`` (a mapping of criteria overrides of the judged requirement, e.g.
+        ``{"max_abs_m": 1e-3}``: ``acceptance_config``).
         """
-        from .analysis import extract as ex
-        from .analysis.pooled import from_arrays
-        from .app import StageError, choose_requirement, stats_of_table
-        from .app.extract import campaign_rows
+        import dataclasses
 
-        if requirement is not None and level is not None:
-            raise ValueError("stats: give requirement or its alias level, not both")
-        given = requirement if requirement is not None else level
+        from .app import StageError, StatsOptions, run_stats
+
+        options = _stats_aliases(options)
+        names = {f.name for f in dataclasses.fields(StatsOptions)} - {"input", "command"}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise ValueError(f"stats: unknown option(s) {', '.join(unknown)}; use bias-stats' "
+                             "options")  # fmt: skip
+        if report is True:
+            report = None  # the command's default: <campaign>/report.html
+        opts = StatsOptions(input=self.root, output_dir=output_dir, requirement=requirement,
+                            level=level, plots=plots, report=report, **options)  # fmt: skip
         try:
-            name, chosen = choose_requirement(given, self.root, given_by="argument",
-                                              default="default")  # fmt: skip
+            return run_stats(opts).result
         except StageError as err:
             raise ValueError(str(err)) from None
-        rows, _ = campaign_rows(self.root, workers=1)  # as campaign_table, keeping the draws
-        arrays = ex.population_arrays(rows)  # interim model: pooled per grid point
-        population = None if arrays is None else from_arrays(arrays)
-        df = ex.summary_frame(rows)
-        return stats_of_table(df, name, chosen, population=population, **options).result
 
     def posterior(self, run_id: str) -> Any:
         """``posterior.nc`` of one realization as an ``xarray.DataTree`` (loaded into memory).
@@ -179,6 +189,35 @@ class Campaign:
         return az.summary(data, kind=kind, round_to="none")
 
 
+#: ``Campaign.stats``' keyword names before they became ``bias-stats``' option names
+_STATS_ALIASES = {"sbc_mode": "sbc", "acceptance": "acceptance_config"}
+_SBC_MODES = {"auto": None, "on": True, "off": False}
+
+
+def _stats_aliases(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the deprecated names (:data:`_STATS_ALIASES`) renamed, each with a
+    :class:`DeprecationWarning`; ``ValueError`` when both names of one option are given or
+    an ``sbc_mode`` is unknown."""
+    import warnings
+
+    out = dict(options)
+    for old, new in _STATS_ALIASES.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ValueError(f"stats: give {new} or its deprecated alias {old}, not both")
+        warnings.warn(f"Campaign.stats({old}=...) is deprecated: use {new}=..., "
+                      f"bias-stats' --{new.replace('_', '-')}", DeprecationWarning,
+                      stacklevel=3)  # fmt: skip
+        value = out.pop(old)
+        if old == "sbc_mode":
+            if value not in _SBC_MODES:
+                raise ValueError(f"stats: sbc_mode must be auto, on or off, got {value!r}")
+            value = _SBC_MODES[value]
+        out[new] = value
+    return out
+
+
 def open_campaign(root: str | Path) -> Campaign:
     """Open a campaign directory (``bias-run``'s ``--output-dir``) for reading."""
     return Campaign(root)
@@ -191,7 +230,7 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
     ``bias-run``'s options with underscores (``shear_grid=[-0.05, 0.05]``,
     ``shear_grid_g2=[...]``, ``n_realizations=20``, ``output_dir=...``,
     ``method=<a registered method>``, ``x64=False``, ``batch_size=...``, ``paired=True``, ...:
-    the fields of :class:`shearbatch.app.RunOptions`); unknown options and bad values raise
+    the fields of :class:`shearbatch.app.RunOptions`' groups); unknown options and bad values raise
     ``ValueError`` with the CLI's message. Complete realizations are skipped unless
     ``overwrite=True``.
     """
@@ -210,12 +249,13 @@ def run(config: str | Path | Mapping[str, Any], **options: Any) -> Campaign:
             options[k] = tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else (v,)
         else:
             options.pop(k, None)
-    opts = app.RunOptions(config=config if isinstance(config, Mapping) else str(config),
-                          **{**options, "progress": bool(options.get("progress"))})  # fmt: skip
+    opts = app.RunOptions.of(config=config if isinstance(config, Mapping) else str(config),
+                             **{**options, "progress": bool(options.get("progress"))})  # fmt: skip
+    ex = opts.execution
     try:
         plan = app.plan_run(opts)
-        deadline = app.deadline(opts.time_limit) if opts.time_limit is not None else None
-        out = app.run(plan, progress=bool(opts.progress), signals=False, deadline=deadline)
+        deadline = app.deadline(ex.time_limit) if ex.time_limit is not None else None
+        out = app.run(plan, progress=bool(ex.progress), signals=False, deadline=deadline)
     except ConfigError as err:  # PlanError is a ValueError too
         raise ValueError(str(err)) from None
     report = out.report

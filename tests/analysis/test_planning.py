@@ -51,15 +51,15 @@ def test_pass_if_zero_and_target_sigma_m_are_checkable_by_hand():
     res, _, _ = bias.measure_bias(known_table(40, 0.0, 0.05), requirement="survey_snr30",
                                   target_sigma_m=1e-3)  # fmt: skip
     p = res.planning
-    m1 = next(c for c in p["criteria"] if c["name"] == "|m1|")
-    assert m1["n_pass_if_zero"] == n_needed(0.0, sigma, thr, 2.0, 80, 40)
-    assert 821 <= m1["n_pass_if_zero"] <= math.ceil(80 * (quantile(2.0, 40) * sigma / thr) ** 2)
-    assert not m1["detected"] and m1["n_confirm_fail"] is None
-    assert p["n_for_target"] == {"m1": 5129, "m2": None}
-    assert p["design"] == "unpaired, no rings" and p["realizations_per_seed"] == 2
+    m1 = next(c for c in p.criteria if c.name == "|m1|")
+    assert m1.n_pass_if_zero == n_needed(0.0, sigma, thr, 2.0, 80, 40)
+    assert 821 <= m1.n_pass_if_zero <= math.ceil(80 * (quantile(2.0, 40) * sigma / thr) ** 2)
+    assert not m1.detected and m1.n_confirm_fail is None
+    assert p.n_for_target == {"m1": 5129, "m2": None}
+    assert p.design == "unpaired, no rings" and p.realizations_per_seed == 2
     crit = res.criterion("|m1|")
-    assert crit.n_pass_if_zero == m1["n_pass_if_zero"] and crit.detected is False
-    assert any("sigma_m1 = 0.001: ~5129 realizations (~2565 seeds)" in ln for ln in p["lines"])
+    assert crit.n_pass_if_zero == m1.n_pass_if_zero and crit.detected is False
+    assert any("sigma_m1 = 0.001: ~5129 realizations (~2565 seeds)" in ln for ln in p.lines)
 
 
 def test_issue_example_half_a_sigma_from_zero_gives_no_fail_estimate(tmp_path):
@@ -134,7 +134,7 @@ def test_rows_outside_the_plan_are_left_out_unless_asked(tmp_path):
 def test_c_without_rings_points_to_rings():
     res, _, _ = bias.measure_bias(known_table(40, 0.0, 0.05, c_scatter=0.02),
                                   requirement="lsst-project")  # fmt: skip
-    assert any("--rotations 2" in n for n in res.planning["notes"])
+    assert any("--rotations 2" in n for n in res.planning.notes)
 
 
 def test_rank_band_is_drawn_per_independent_seed():

@@ -141,7 +141,7 @@ def test_sbc_results_are_tabulated(reported):
     res, _, _ = bias.measure_bias(df, sbc_mode="on")
     html = report.render_report(res, [], report.failures_by_flag(df), {"command": "x"})
     sbc = html.split("Simulation-based calibration", 1)[1].split("<h2>", 1)[0]
-    assert "χ² p-value" in sbc and f"{res.sbc['g1']['p_value']:.3g}" in sbc
+    assert "χ² p-value" in sbc and f"{res.sbc.g1.p_value:.3g}" in sbc
     assert "inconclusive" in sbc  # 3 seeds < min_seeds
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from shearbatch.analysis import bias, stats, verdict
+from shearbatch.analysis.result import Design
 from shearbatch.analysis.verdict import quantile
 
 M_TRUE, C_TRUE, SIGMA = 0.01, 3e-4, 1e-3
@@ -185,7 +186,7 @@ def test_exclusions_are_counted_by_flag():
     "kw, msg",
     [
         ({"requirement": "level_9"}, "unknown requirement"),
-        ({"estimator": "x"}, "unknown estimator"),
+        ({"estimator": "x"}, "estimator: unknown 'x'; use regression, paired or auto"),
     ],
 )
 def test_bad_input_raises_one_line(kw, msg):
@@ -230,7 +231,7 @@ def test_default_weights_are_unbiased_when_the_width_correlates_with_the_estimat
     assert abs(res.m1) < 3 * res.m1_err
     assert abs(res.c1) < 3 * res.c1_err and abs(res.c2) < 3 * res.c2_err
     iv, _, _ = bias.measure_bias(df, n_boot=200, weights="inverse-variance")
-    assert iv.weights == "inverse-variance" and iv.fits["g1"]["errors"]["weighted"]
+    assert iv.weights == "inverse-variance" and iv.fits.g1.errors["weighted"]
     assert iv.m1 < -5 * iv.m1_err
 
 
@@ -269,9 +270,9 @@ def test_mode_without_map_estimates_is_bad_input():
     df["g1_mode"], df["g2_mode"] = df["g1_mean"], np.nan  # an older convergence.json
     with pytest.raises(ValueError, match="g1_mode, g2_mode empty in 12 converged row"):
         bias.measure_bias(df, point="mode")
-    with pytest.raises(ValueError, match="unknown point estimate"):
+    with pytest.raises(ValueError, match="point: unknown 'mad'; use mean, median, mode or auto"):
         bias.measure_bias(df, point="mad")
-    with pytest.raises(ValueError, match="unknown weights"):
+    with pytest.raises(ValueError, match="weights: unknown 'ivar'; use none or inverse-variance"):
         bias.measure_bias(df, weights="ivar")
 
 
@@ -373,9 +374,9 @@ def test_ring_estimator_cancels_shape_noise_and_groups_a_seed():
     r, _, _ = bias.measure_bias(ring, n_boot=300)
     p, _, _ = bias.measure_bias(plain, n_boot=300)
     assert r.estimator == p.estimator == "paired"
-    assert r.design == {"paired": True, "rotations": 2, "error_groups": "seed",
-                           "incomplete_rings_left_out": 0}  # fmt: skip
-    assert r.fits["g1"]["n_groups"] == 40  # a seed's 4 images are one group
+    assert r.design == Design(paired=True, rotations=2, error_groups="seed",
+                              incomplete_rings_left_out=0)  # fmt: skip
+    assert r.fits.g1.n_groups == 40  # a seed's 4 images are one group
     assert p.m1_err > 5 * r.m1_err and p.c1_err > 5 * r.c1_err
     for res in (r, p):
         assert abs(res.m1 - M_TRUE) < 4 * res.m1_err
@@ -388,5 +389,5 @@ def test_incomplete_rings_are_left_out_of_the_fit():
     keep, n_bad = stats.complete_rings(broken)
     assert n_bad == 1 and (~keep).sum() == 4 * 2 - 1  # seed 3's other 7 images
     res, _, _ = bias.measure_bias(broken, n_boot=100)
-    assert res.design["incomplete_rings_left_out"] == 1
-    assert res.fits["g1"]["n_groups"] == 9
+    assert res.design.incomplete_rings_left_out == 1
+    assert res.fits.g1.n_groups == 9

@@ -188,7 +188,7 @@ def test_a_root_without_manifest_leaves_in_plan_unknown(camp, module_tmp):
 
 
 def plan_of(*sets, config=SNR30, **kw):
-    return plan_run(RunOptions(config=config, set_values=sets, dry_run=True,
+    return plan_run(RunOptions.of(config=config, set_values=sets, dry_run=True,
                                output_dir=kw.pop("output_dir", "/nonexistent/x"), **kw))  # fmt: skip
 
 
@@ -246,7 +246,7 @@ def test_dry_run_estimates_disk_from_the_shapes_and_from_written_realizations(ca
     from shearbatch.app.estimate import _from_shapes, _measured
 
     root = camp[0]
-    plan = plan_run(RunOptions(config=LEVEL0, set_values=tuple(SMALL[1::2]),
+    plan = plan_run(RunOptions.of(config=LEVEL0, set_values=tuple(SMALL[1::2]),
                                shear_grid=(0.01, 0.02), n_realizations=3, batch_size=2,
                                output_dir=str(root), dry_run=True))  # fmt: skip
     shapes, measured = _from_shapes(plan), _measured(plan)
@@ -282,5 +282,5 @@ def test_allocated_cpus_follow_the_allocation(monkeypatch):
 
 def test_plan_refusal_is_a_plan_error(camp):
     with pytest.raises(PlanError, match=r"^--base-seed / campaign.base_seed: 3 differs from 0"):
-        plan_run(RunOptions(config=LEVEL0, set_values=tuple(SMALL[1::2]),
+        plan_run(RunOptions.of(config=LEVEL0, set_values=tuple(SMALL[1::2]),
                             shear_grid=(0.01, 0.02), base_seed=3, output_dir=str(camp[0])))  # fmt: skip

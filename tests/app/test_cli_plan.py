@@ -84,7 +84,7 @@ def _opts(out, **kw) -> RunOptions:
     """The seed's command (grid 0.01 0.02 0.05, 2 realizations, base seed 42, 4 lanes)."""
     seed = dict(config=LEVEL0, batch_size=4, shear_grid=(0.01, 0.02, 0.05), n_realizations=2,
                 base_seed=42, output_dir=str(out), dry_run=True)  # fmt: skip
-    return RunOptions(**{**seed, **kw})
+    return RunOptions.of(**{**seed, **kw})
 
 
 def test_array_task_slices_from_flags_and_slurm_env(tmp_path, monkeypatch):
@@ -203,7 +203,7 @@ def test_bad_input_is_refused_by_the_plan_before_anything_is_written(
     keep = out / "keep.txt"
     keep.write_text("precious")
     cfg = bad_yaml(yaml_text) if yaml_text is not None else LEVEL0
-    opts = RunOptions(**{"config": cfg, "output_dir": str(out), "shear_grid": (0.01,), **kw})
+    opts = RunOptions.of(**{"config": cfg, "output_dir": str(out), "shear_grid": (0.01,), **kw})
     with pytest.raises((PlanError, ConfigError)) as err:
         plan_run(opts)
     msg = str(err.value)

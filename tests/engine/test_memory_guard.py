@@ -165,3 +165,46 @@ def test_interim_weights_in_draw_chunks_equal_all_draws(monkeypatch):
         keys[0], sim.images[0]
     ).stats[LOG_RATIO]
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(whole), rtol=1e-9, atol=1e-9)
+
+
+def test_the_lanes_are_decided_once_for_the_compile_and_the_engine(unsplit, module_tmp, caplog,
+                                                                   monkeypatch):  # fmt: skip
+    """An array task compiles the campaign's program first (app.runner.compile_first) at
+    the width the memory budget allows, and the engine runs with that decision: one lane
+    decision in the process (engine.plan_lanes called once), lane chunks of 4 under a
+    budget between the 4- and 8-lane programs, the posteriors the unsplit run's."""
+    import shearbatch.engine as engine_pkg
+    import shearbatch.engine.loop as loop
+    from tests.conftest import count_calls
+
+    budget = (_program_total(module_tmp, 4) + _program_total(module_tmp, 8)) // 2
+    calls = count_calls(monkeypatch, loop, "plan_lanes")
+    calls_pkg = count_calls(monkeypatch, engine_pkg, "plan_lanes")
+    with caplog.at_level(logging.INFO, logger="shearbatch"):
+        res, out = _run(module_tmp, "task0", "--batch-size", "8", "--memory-budget", str(budget),
+                        "--array-task-count", "1", "--array-task-id", "0",
+                        "--cache-dir", str(module_tmp / "cache0"))  # fmt: skip
+    # one task of one: no shared compile step (the engine decides); of two: compile_first
+    assert res.exit_code == 0, res.output
+    assert len(calls) + len(calls_pkg) == 1
+    calls.clear()
+    calls_pkg.clear()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="shearbatch"):
+        res, out = _run(module_tmp, "task0of2", "--batch-size", "8", "--memory-budget",
+                        str(budget), "--array-task-count", "2", "--array-task-id", "0",
+                        "--cache-dir", str(module_tmp / "cache"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert len(calls_pkg) == 1 and not calls, (calls_pkg, calls)  # compile_first's, only
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("miss(es) for the campaign's 8-lane programs" in m for m in msgs), msgs
+    line = next(m for m in msgs if "does not fit" in m)
+    assert "lane chunks of 4" in line, line
+    runs = sorted(p.name for p in out.iterdir() if p.name.startswith("g1_"))
+    assert len(runs) == 4  # task 0's half of the plan
+    for run in runs:
+        a = read_posterior(unsplit / run / "posterior.nc")
+        b = read_posterior(out / run / "posterior.nc")
+        for site in ("g1", "g2"):
+            sd = np.std(a[site])
+            assert abs(np.mean(a[site]) - np.mean(b[site])) <= OPTIMIZER_SD_TOL * sd, (run, site)

@@ -1,9 +1,10 @@
 """The Python API and the commands agree row for row on one campaign (issue 35): with a
 corrupt, a planned-but-missing and an unplanned realization, Campaign.summary() is the
 table bias-extract writes (in_plan column and the missing row included) and
-Campaign.stats() is the result bias-stats writes, because both call the same functions
-of shearbatch.app. Through the real click commands on one tiny Level 0 campaign
-(16x16 stamps, MAP), run once for the module."""
+Campaign.stats() writes the bias_results.json bias-stats writes, byte for byte (issue 46:
+it calls shearbatch.app.run_stats with the command's option names; the old names sbc_mode
+and acceptance still work, with a DeprecationWarning). Through the real click commands on
+one tiny Level 0 campaign (16x16 stamps, MAP), run once for the module."""
 
 import json
 import shutil
@@ -82,15 +83,51 @@ def test_statuses_count_the_missing_work(campaign):
     assert counts == {"ok": 11, "corrupt": 1, "incomplete": 1}  # the stranger is ok
 
 
-@pytest.mark.parametrize("name, kw", [("planned", {}), ("all", {"include_unplanned": True})])
-def test_stats_agree_key_for_key(campaign, by_cli, name, kw):
-    _, out = by_cli
-    cli = out[name]
-    res = shearbatch.open_campaign(campaign).stats(**kw)
+@pytest.fixture(scope="module")
+def by_api(campaign, by_cli, module_tmp):
+    """Campaign.stats() with the command's option names, into directories of its own."""
+    out = {}
+    for name, kw in (("planned", {}), ("all", {"include_unplanned": True})):
+        stats_dir = module_tmp / f"api_{name}"
+        res = shearbatch.open_campaign(campaign).stats(output_dir=stats_dir, **kw)
+        out[name] = (res, stats_dir / "bias_results.json")
+    return out
+
+
+@pytest.mark.parametrize("name", ["planned", "all"])
+def test_stats_write_the_same_bytes(campaign, by_cli, by_api, module_tmp, name):
+    _, cli = by_cli
+    res, path = by_api[name]
+    assert path.read_bytes() == (module_tmp / name / "bias_results.json").read_bytes()
     api = json.loads(json.dumps(to_strict_json(res.to_json())))
+    assert api == cli[name]  # the result returned is the one written
     assert api["requirement"]["chosen"] == f"campaign.requirement in {campaign / 'config.yaml'}"
-    assert list(api) == list(cli)
-    for key in cli:
-        assert api[key] == cli[key], key
-    assert res.n_used == (11 if kw else 10) and res.scope["unfinished"]
-    assert res.scope["unplanned_dropped"] == (0 if kw else 1)
+    assert res.n_used == (11 if name == "all" else 10) and res.scope.unfinished
+    assert res.scope.unplanned_dropped == (0 if name == "all" else 1)
+    assert not (path.parent / "report.html").exists() and not (path.parent / "plots").exists()
+
+
+def test_stats_options_are_the_commands(campaign, by_api, module_tmp):
+    camp = shearbatch.open_campaign(campaign)
+    base = by_api["planned"][0]
+    with pytest.raises(ValueError, match="unknown option"):
+        camp.stats(sbc_mod="on", output_dir=module_tmp / "x")
+    with pytest.raises(ValueError, match="--estimator: unknown 'pared'"):
+        camp.stats(estimator="pared", output_dir=module_tmp / "x")
+    with pytest.raises(ValueError, match="--level: an alias of --requirement"):
+        camp.stats(requirement="level0", level="level_0", output_dir=module_tmp / "x")
+    res = camp.stats(sbc=False, acceptance_config={"max_abs_m": 0.5},
+                     output_dir=module_tmp / "new")  # fmt: skip
+    assert res.acceptance.max_abs_m == 0.5 and res.sbc.skipped is not None
+    assert res.m1 == base.m1 and res.criterion("|m1|").threshold == 0.5
+    with pytest.warns(DeprecationWarning) as seen:
+        old = camp.stats(sbc_mode="off", acceptance={"max_abs_m": 0.5},
+                         output_dir=module_tmp / "old")  # fmt: skip
+    assert sorted(str(w.message).split(" is ")[0] for w in seen) == [
+        "Campaign.stats(acceptance=...)", "Campaign.stats(sbc_mode=...)"]  # fmt: skip
+    assert (module_tmp / "old" / "bias_results.json").read_bytes() == (
+        module_tmp / "new" / "bias_results.json").read_bytes()  # fmt: skip
+    assert old.to_json() == res.to_json()
+    with pytest.raises(ValueError, match="not both"):
+        camp.stats(sbc_mode="off", sbc=False, output_dir=module_tmp / "x")
+    assert not (module_tmp / "x").exists()

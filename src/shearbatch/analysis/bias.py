@@ -4,8 +4,11 @@ requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
 :func:`measure_bias` runs these named steps, each a function of this module (or of the
 one it names):
 
-1. :func:`prepare_table`: the current column names, the columns every step needs, the
-   weights asked for;
+0. :class:`Settings`: the options (estimator, point estimate, weights, resamples, SBC,
+   target sigma_m), each checked there and nowhere else (:class:`BadSetting` names it);
+   the requirement comes chosen and resolved
+   (:func:`shearbatch.app.stats.choose_requirement`), or as a name resolved here;
+1. :func:`prepare_table`: the current column names, the columns every step needs;
 2. :func:`~shearbatch.analysis.scope.scope`: the rows judged (``in_plan`` false: left
    out unless ``include_unplanned``) and whether the campaign is unfinished;
 3. :func:`choose_point`: the per-realization point estimate (``mean``, ``median`` or
@@ -27,11 +30,12 @@ one it names):
     (:func:`shearbatch.analysis.verdict.planning`).
 
 ``bias-stats`` and :meth:`shearbatch.api.Campaign.stats` both reach it through
-:func:`shearbatch.app.stats_of_table`.
+:func:`shearbatch.app.run_stats`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, NamedTuple
 
@@ -60,7 +64,10 @@ from .verdict import criteria, overall, planning
 __all__ = [
     "ESTIMATORS",
     "POINT_ESTIMATES",
+    "SBC_MODES",
+    "BadSetting",
     "BiasAnalysis",
+    "Settings",
     "calibrate",
     "check_truths",
     "choose_estimator",
@@ -82,12 +89,62 @@ logger = logging.getLogger(__name__)
 POINT_ESTIMATES = ("mean", "median", "mode")
 #: The estimators ``bias-stats --estimator`` names (``auto``: paired when there are pairs).
 ESTIMATORS = ("regression", "paired", "auto")
+#: ``--sbc`` / ``--no-sbc`` / neither
+SBC_MODES = ("auto", "on", "off")
 #: summary.csv columns of older versions still read: old name -> current name
 LEGACY_COLUMNS = {"estimate": "point_estimate"}
 REQUIRED_COLUMNS = ("run_id", "g1_true", "g2_true", "g1_mean", "g2_mean", "g1_std", "g2_std",
                     "status", "passed_convergence", "seed")  # fmt: skip
 COVERAGE_LEVELS = {"0.68": ("q16", "q84"), "0.95": ("q025", "q975")}
 M_UNDEFINED = "m undefined: need at least two distinct g_true values"
+
+
+class BadSetting(ValueError):
+    """A stage-3 setting out of its range: ``option`` names it (``estimator``, ``point``,
+    ``weights``, ``n_boot``, ``sbc_mode``, ``target_sigma_m``), ``reason`` says why;
+    ``str(err)`` is ``"<option>: <reason>"``; ``bias-stats`` names the flag instead."""
+
+    def __init__(self, option: str, reason: str) -> None:
+        super().__init__(f"{option}: {reason}")
+        self.option, self.reason = option, reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How a summary table is measured (``bias-stats``' options): every rule on a setting
+    is here, checked once when the record is made (:class:`BadSetting`)."""
+
+    estimator: str = "auto"
+    """``regression``, ``paired`` or ``auto`` (:func:`choose_estimator`)."""
+    point: str = "auto"
+    """``mean``, ``median``, ``mode`` or ``auto`` (:func:`choose_point`)."""
+    weights: str = "none"
+    """``none`` or ``inverse-variance``."""
+    n_boot: int = 1000
+    """Bootstrap resamples of the paired estimator, >= 2."""
+    sbc_mode: str = "auto"
+    """``on``, ``off`` or ``auto`` (:func:`calibrate`)."""
+    seed: int = 0
+    """Of the bootstrap."""
+    include_unplanned: bool = False
+    target_sigma_m: float | None = None
+    """Also plan the realizations for this standard error of m (> 0)."""
+
+    def __post_init__(self) -> None:
+        if self.target_sigma_m is not None and not self.target_sigma_m > 0:
+            raise BadSetting("target_sigma_m", f"must be > 0, got {self.target_sigma_m}")
+        if self.estimator not in ESTIMATORS:
+            raise BadSetting("estimator",
+                             f"unknown {self.estimator!r}; use regression, paired or auto")  # fmt: skip
+        if self.point not in (*POINT_ESTIMATES, "auto"):
+            raise BadSetting("point", f"unknown {self.point!r}; use "
+                             f"{', '.join(POINT_ESTIMATES)} or auto")  # fmt: skip
+        if self.weights not in WEIGHTS:
+            raise BadSetting("weights", f"unknown {self.weights!r}; use {' or '.join(WEIGHTS)}")
+        if self.n_boot < 2:
+            raise BadSetting("n_boot", f"must be >= 2, got {self.n_boot}")
+        if self.sbc_mode not in SBC_MODES:
+            raise BadSetting("sbc_mode", f"unknown {self.sbc_mode!r}; use {', '.join(SBC_MODES)}")
 
 
 class BiasAnalysis(NamedTuple):
@@ -233,9 +290,8 @@ def resolve_point(df: Any, point: str) -> str:
 
 
 def _check_point(df: Any, point: str) -> None:
-    """``ValueError`` when the ``point`` columns are absent or empty where the mean is not."""
-    if point not in POINT_ESTIMATES:
-        raise ValueError(f"unknown point estimate {point!r}; use {', '.join(POINT_ESTIMATES)}")
+    """``ValueError`` when the ``point`` columns are absent or empty where the mean is not
+    (the name is checked by :class:`Settings`)."""
     cols = [f"g1_{point}", f"g2_{point}"]
     missing = [c for c in cols if c not in df.columns]
     old = " (convergence.json without a mode: an older bias-run)" if point == "mode" else ""
@@ -289,12 +345,10 @@ def fit_component(
 # --------------------------------------------------------------------------- the steps
 
 
-def prepare_table(df: Any, weights: str = "none") -> Any:
-    """Step 1: ``df`` with current column names; ``ValueError`` for unknown ``weights`` or
-    a missing required column."""
+def prepare_table(df: Any) -> Any:
+    """Step 1: ``df`` with current column names; ``ValueError`` for a missing required
+    column."""
     df = current_columns(df)
-    if weights not in WEIGHTS:
-        raise ValueError(f"unknown weights {weights!r}; use {' or '.join(WEIGHTS)}")
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"missing columns: {', '.join(missing)}")
@@ -320,15 +374,14 @@ def check_truths(df: Any) -> None:
 
 def choose_estimator(use: Any, estimator: str = "auto") -> str:
     """Step 5: ``auto`` is ``paired`` when the usable rows hold complete +g/-g pairs, else
-    ``regression``; ``ValueError`` for ``paired`` without pairs or an unknown name."""
+    ``regression``; ``ValueError`` for ``paired`` without pairs (the name is checked by
+    :class:`Settings`)."""
     pairs = "pair_id" in use.columns and "pair_sign" in use.columns and has_pairs(
         use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))  # fmt: skip
     if estimator == "auto":
         return "paired" if pairs else "regression"
     if estimator == "paired" and not pairs:
         raise ValueError("estimator paired: no complete +g/-g pairs (pair_id, pair_sign)")
-    if estimator != "regression" and estimator != "paired":
-        raise ValueError(f"unknown estimator {estimator!r}; use regression, paired or auto")
     return estimator
 
 
@@ -421,46 +474,54 @@ def judge(
 def measure_bias(
     df: Any,
     *,
-    requirement: str = "level0",
-    estimator: str = "auto",
+    requirement: str | Requirement = "level0",
     acceptance: dict[str, float] | None = None,
-    sbc_mode: str = "auto",
-    n_boot: int = 1000,
-    seed: int = 0,
-    point: str = "auto",
-    weights: str = "none",
     population: dict[str, Any] | None = None,
-    include_unplanned: bool = False,
-    target_sigma_m: float | None = None,
+    settings: Settings | None = None,
+    **options: Any,
 ) -> BiasAnalysis:
     """The whole stage-3 analysis of a summary table (the steps of the module docstring).
 
-    ``requirement``: a preset of :data:`shearbatch.schema.requirements.REQUIREMENTS` or
-    an alias (``level_0``...); ``acceptance``: overrides of its criteria
+    ``requirement``: a :class:`~shearbatch.analysis.result.Requirement` already chosen and
+    resolved (:func:`shearbatch.app.stats.choose_requirement`: used as it is, ``chosen``
+    included), or the name of a preset of :data:`shearbatch.schema.requirements.REQUIREMENTS`
+    or an alias (``level_0``...), resolved here (``requirement.chosen`` is then left for the
+    caller). ``acceptance``: overrides of its criteria
     (:func:`shearbatch.analysis.verdict.load_acceptance`). ``population``
     (:func:`shearbatch.analysis.pooled.load_population`): an interim-model campaign's
-    draws. ``target_sigma_m``: add the realizations for that standard error of m to the
-    ``planning`` section. The result's ``requirement.chosen`` is left for the caller.
+    draws. ``settings``: a :class:`Settings`, or its fields as keyword ``options``
+    (``estimator``, ``point``, ``weights``, ``n_boot``, ``sbc_mode``, ``seed``,
+    ``include_unplanned``, ``target_sigma_m``: the realizations for that standard error of
+    m added to the ``planning`` section).
 
     Raises ``ValueError`` (one line) on bad input: missing columns, unknown requirement,
-    estimator, point estimate or weights, no usable rows, ``paired`` without pairs,
+    a setting out of range (:class:`BadSetting`), no usable rows, ``paired`` without pairs,
     ``mode`` without modes, ``inverse-variance`` without finite stds, m undefined in
     both components.
     """
-    name = rq.resolve(requirement)
-    df = prepare_table(df, weights)
-    df, sc = scope(df, include_unplanned)
-    point = choose_point(df, point)
+    if settings is not None and options:
+        raise TypeError("measure_bias: give settings or its fields, not both")
+    st = settings if settings is not None else Settings(**options)
+    if isinstance(requirement, Requirement):
+        req = requirement
+    else:
+        name = rq.resolve(requirement)
+        info = rq.REQUIREMENTS[name]
+        req = Requirement(name, info["for"], info["source"])
+    name, weights, n_boot, seed = req.name, st.weights, st.n_boot, st.seed
+    df = prepare_table(df)
+    df, sc = scope(df, st.include_unplanned)
+    point = choose_point(df, st.point)
     acc = {**rq.criteria_of(name), **(acceptance or {})}
     check_truths(df)
     use, excluded = usable_rows(df, point)
     if len(use) == 0:
         raise ValueError(f"no usable rows (excluded: {excluded or 'none'})")
-    estimator = choose_estimator(use, estimator)
+    estimator = choose_estimator(use, st.estimator)
     fits, estimator, pooled = fit_bias(use, estimator, point=point, weights=weights,
                                        n_boot=n_boot, seed=seed, population=population)  # fmt: skip
     cov = measure_coverage(use, acc)
-    sbc_res = calibrate(use, sbc_mode, int(acc["min_seeds"]))
+    sbc_res = calibrate(use, st.sbc_mode, int(acc["min_seeds"]))
     crit, verdict, of_complete = judge(fits, cov, sbc_res, len(use), sc, acc)
     design = design_report(use)
     status = df["status"].fillna("").astype(str)
@@ -470,11 +531,10 @@ def measure_bias(
         k = comp[1]
         bias.update({f"m{k}": f.m, f"m{k}_err": f.m_err, f"c{k}": f.c, f"c{k}_err": f.c_err,
                      f"m{k}_reason": f.m_reason or None})  # fmt: skip
-    info = rq.REQUIREMENTS[name]
-    result = BiasResult(
+    result = BiasResult.build(
         level=rq.alias_of(name) or name, estimator=estimator,
         point_estimate="population" if pooled is not None else point, weights=weights,
-        requirement=Requirement(name, info["for"], info["source"]),
+        requirement=req,
         n_realizations=len(df), n_ok=int((status == "ok").sum()),
         n_failed=int((status == "failed").sum()),
         n_incomplete=int((status == "incomplete").sum()),
@@ -487,12 +547,12 @@ def measure_bias(
         sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=tuple(crit),
         prior=prior_report(use), noise_bias=noise_bias_note(use), verdict=verdict,
         scope=sc, verdict_of_complete=of_complete,
-        planning=planning(crit, fits, design, len(use), n_seeds, target_sigma_m),
+        planning=planning(crit, fits, design, len(use), n_seeds, st.target_sigma_m),
     )  # fmt: skip
     from .compare import compare_estimators  # host estimators beside the method (issue 45)
 
     method = str(use["method"].iloc[0]) if "method" in use.columns else "method"
     frac = len(use) / max(sc["n_complete"], 1)
     if (side := compare_estimators(use, point, acc, frac, method)) is not None:
-        result = result.replace(extra={**result.extra, "estimators": side})
+        result = result.replace(estimators=side)
     return BiasAnalysis(result, fits, use)

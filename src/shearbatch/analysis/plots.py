@@ -37,6 +37,7 @@ from scipy import stats as st
 
 from ..core.convergence import Convergence
 from ..io import POSTERIOR
+from .result import Coverages, Sbc
 from .stats import Fit, error_label
 
 __all__ = [
@@ -122,26 +123,27 @@ def residual_figure(
     return fig
 
 
-def coverage_figure(cov: Mapping[str, Mapping[str, Any]]) -> Figure:
+def coverage_figure(cov: Coverages) -> Figure:
     """Observed coverage of the central 68% / 95% intervals with the expected value and band."""
     fig = _figure(6.5, 4.2)
     ax = fig.subplots()
     items = [(c, lev, r) for c, levels in cov.items() for lev, r in levels.items()]
     for i, (_, _, r) in enumerate(items):
-        if "observed" not in r:
-            ax.text(i, 0.5, f"skipped:\n{r.get('skipped', '')}", ha="center", fontsize=7)
+        if not r.tested:
+            ax.text(i, 0.5, f"skipped:\n{r.skipped or ''}", ha="center", fontsize=7)
             continue
-        lo, hi = r["band"]
+        lo, hi = r.band
         ax.add_patch(_rect(i - 0.3, lo, 0.6, hi - lo))
-        ax.hlines(r["expected"], i - 0.3, i + 0.3, color="k", lw=1.2)
-        status = r.get("status", "pass" if r["passed"] else "fail")
+        ax.hlines(r.expected, i - 0.3, i + 0.3, color="k", lw=1.2)
+        status = r.status or ("pass" if r.passed else "fail")
         color = {"pass": "C2", "fail": "C3"}.get(status, "C1")
-        ax.plot(i, r["observed"], "o", color=color, ms=8)
-        note = f"{r['observed']:.2f} {status}\n(n={r['n']}, n_eff={r.get('n_eff', r['n'])})"
+        ax.plot(i, r.observed, "o", color=color, ms=8)
+        n_eff = r.n_eff if r.n_eff is not None else r.n
+        note = f"{r.observed:.2f} {status}\n(n={r.n}, n_eff={n_eff})"
         if status == "inconclusive":
             note += "\ntoo few seeds"
-        dy = -36 if r["observed"] > 0.85 else -8  # keep the note inside the axes
-        ax.annotate(note, (i, r["observed"]), xytext=(8, dy), textcoords="offset points",
+        dy = -36 if r.observed > 0.85 else -8  # keep the note inside the axes
+        ax.annotate(note, (i, r.observed), xytext=(8, dy), textcoords="offset points",
                     fontsize=7)  # fmt: skip
     ax.set_xticks(range(len(items)), [f"{c} {float(lev):.0%}" for c, lev, _ in items])
     ax.set_xlim(-0.6, len(items) - 0.4)
@@ -159,11 +161,11 @@ def _rect(x: float, y: float, w: float, h: float) -> Any:
     return Rectangle((x, y), w, h, color="0.8", zorder=0)
 
 
-def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) -> Figure:
+def rank_figure(df: Any, sbc_res: Sbc, n_bins: int | None = None) -> Figure:
     """Histogram of ``rank_g{1,2}`` with the uniform expectation and its 99% binomial band."""
     fig = _figure(10, 3.8)
     axes = fig.subplots(1, 2)
-    applied = "skipped" not in sbc_res
+    applied = sbc_res.skipped is None
     for ax, comp in zip(axes, ("g1", "g2"), strict=True):
         col = f"rank_{comp}"
         r = df[col].to_numpy(float) if col in df.columns else np.array([])
@@ -181,15 +183,15 @@ def rank_figure(df: Any, sbc_res: Mapping[str, Any], n_bins: int | None = None) 
                                        f"{k:.2g} realizations each)" if k > 1 else "")  # fmt: skip
         ax.axhspan(lo, hi, color="0.8", zorder=0, label=label)
         ax.axhline(r.size * p, color="k", lw=1, label="uniform expectation")
-        res = sbc_res.get(comp, {}) if applied else {}
-        pv = f", χ² p = {res['p_value']:.3f}" if "p_value" in res else ""
+        test = getattr(sbc_res, comp) if applied else None
+        pv = f", χ² p = {test.p_value:.3f}" if test is not None and test.p_value is not None else ""
         kind = "SBC rank" if applied else "rank of truth (PIT; not SBC)"
         ax.set_title(f"{comp}: {kind}{pv}", fontsize=10)
         ax.set_xlabel(f"fraction of posterior draws below {comp}_true")
         ax.set_ylabel("realizations")
         ax.legend(fontsize=8)
     if not applied:
-        fig.suptitle(f"SBC skipped: {sbc_res['skipped']}", fontsize=8)
+        fig.suptitle(f"SBC skipped: {sbc_res.skipped}", fontsize=8)
     return fig
 
 

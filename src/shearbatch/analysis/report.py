@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import platform
 import shlex
 import sys
@@ -24,7 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .result import BiasResult
+from .result import BiasResult, Design, GridPoint, Prior, Scope
 
 __all__ = ["failures_by_flag", "provenance", "render_report"]
 
@@ -62,6 +63,10 @@ def _esc(v: Any) -> str:
 
 def _num(v: Any, fmt: str = ".3e") -> str:
     return "–" if v is None else format(v, fmt)
+
+
+def _or_dash(v: Any) -> Any:
+    return "–" if v is None else v
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -136,8 +141,8 @@ def render_report(
     source}`` of the config as run (YAML)."""
     v = res.verdict
     req = res.requirement
-    sc = res.scope or {}
-    unfinished = f" — {_esc(sc['message'])}" if sc.get("unfinished") else ""
+    sc = res.scope or Scope()
+    unfinished = f" — {_esc(sc.message)}" if sc.unfinished else ""
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>shearbatch report: {_esc(v)}</title><style>{_CSS}</style></head><body>",
@@ -157,14 +162,14 @@ def render_report(
             f"<p><b>Requirement {_esc(req.name)}</b> ({_esc(req.for_ or '')}"
             f"; chosen {_esc(req.chosen or '')}): {_esc(req.source)}.</p>"
         )
-    if sc.get("unplanned_dropped"):
+    if sc.unplanned_dropped:
         parts.append(
-            f"<p><b>Note:</b> {sc['unplanned_dropped']} realization(s) not in the "
+            f"<p><b>Note:</b> {sc.unplanned_dropped} realization(s) not in the "
             "campaign's plan were left out (bias-stats --include-unplanned).</p>"
         )
-    if res.noise_bias:
-        parts.append(f"<p><b>Note:</b> {_esc(res.noise_bias['message'])}</p>")
-    if (res.prior or {}).get("dominated"):
+    if res.noise_bias is not None:
+        parts.append(f"<p><b>Note:</b> {_esc(res.noise_bias.message)}</p>")
+    if res.prior is not None and res.prior.dominated:
         parts.append("<p><b>Warning:</b> prior-dominated campaign: the shear prior pulls the "
                      "estimates (use the flat default prior for calibration).</p>")  # fmt: skip
     rows = []
@@ -172,7 +177,7 @@ def render_report(
         c = res.criterion(f"|{k}|")
         status = c.status if c is not None else "not a criterion"
         value = _num(x) if x is not None else f"undefined ({_esc(why or '')})"
-        rows.append([k, value, _num(err, ".2e"), _esc(res.fits[f"g{k[1]}"]["error_label"]),
+        rows.append([k, value, _num(err, ".2e"), _esc(res.fits.of(f"g{k[1]}").error_label),
                      f"<span class='{status}'>{_esc(status)}</span>",
                      _num(c.threshold if c is not None else None, ".3g")])  # fmt: skip
     parts += ["<h2>m and c</h2>",
@@ -192,40 +197,40 @@ def render_report(
     parts += ["<h2>Acceptance criteria</h2>",
               _table(["criterion", "value", "± error", "error method", "threshold", "status",
                       "note"], rows)]  # fmt: skip
-    if side := res.extra.get("estimators"):  # host estimators beside the method (compare.py)
+    if side := res.estimators:  # host estimators beside the method (compare.py)
         from .compare import side_by_side
 
         head, srows, note = side_by_side(side)
         parts += ["<h2>Estimators on the same realizations</h2>", f"<p>{_esc(note)}</p>",
                   _table(head, [[_esc(x) for x in r] for r in srows])]  # fmt: skip
-    plan = res.planning or {}
-    if plan.get("lines"):
+    if res.planning is not None and res.planning.lines:
         parts += ["<h2>Planning</h2>",
-                  f"<pre id='planning'>{_esc(chr(10).join(plan['lines']))}</pre>"]  # fmt: skip
+                  f"<pre id='planning'>{_esc(chr(10).join(res.planning.lines))}</pre>"]  # fmt: skip
     rows = []
     for comp, levels in res.coverage.items():
         for lev, r in levels.items():
-            if "observed" not in r:
-                rows.append([comp, lev, "–", "–", "–", "–", _esc(r.get("skipped", ""))])
+            if not r.tested:
+                rows.append([comp, lev, "–", "–", "–", "–", _esc(r.skipped or "")])
                 continue
-            rows.append([comp, f"{float(lev):.0%}", f"{r['observed']:.3f}", f"{r['expected']:.2f}",
-                         f"[{r['band'][0]:.3f}, {r['band'][1]:.3f}]", f"{r['n']} ({r['n_eff']})",
-                         _esc(r.get("status", ""))])  # fmt: skip
+            band = r.band or [math.nan, math.nan]
+            rows.append([comp, f"{float(lev):.0%}", f"{r.observed:.3f}", f"{r.expected:.2f}",
+                         f"[{band[0]:.3f}, {band[1]:.3f}]", f"{r.n} ({r.n_eff})",
+                         _esc(r.status or "")])  # fmt: skip
     parts += ["<h2>Coverage</h2>",
               _table(["component", "interval", "observed", "expected", "band",
                       "n (independent seeds)", "status"], rows)]  # fmt: skip
     sbc = res.sbc
     parts.append("<h2>Simulation-based calibration</h2>")
-    if "skipped" in sbc:
-        parts.append(f"<p>Skipped: {_esc(sbc['skipped'])}</p>")
+    if sbc.skipped is not None:
+        parts.append(f"<p>Skipped: {_esc(sbc.skipped)}</p>")
     else:
         rows = []
         for comp, r in sbc.items():
             crit = next((c for c in res.criteria if c.name.startswith(f"SBC {comp}")), None)
-            rows.append([comp, r.get("n", "–"), r.get("n_eff", "–"), _num(r.get("p_value"), ".3g"),
-                         _num(r.get("ks_p_value"), ".3g"),
-                         _esc((crit.status if crit else None) or r.get("status") or ""),
-                         _esc(r.get("reason") or r.get("skipped") or "")])  # fmt: skip
+            rows.append([comp, _or_dash(r.n), _or_dash(r.n_eff), _num(r.p_value, ".3g"),
+                         _num(r.ks_p_value, ".3g"),
+                         _esc((crit.status if crit else None) or r.status or ""),
+                         _esc(r.reason or r.skipped or "")])  # fmt: skip
         parts.append(_table(["component", "ranks", "independent seeds", "χ² p-value",
                              "KS p-value", "status", "note"], rows))  # fmt: skip
     parts.append("<h2>Failures and exclusions</h2>")
@@ -259,45 +264,47 @@ def summary_lines(res: BiasResult, results: Path | None = None,
     def num(v: Any) -> str:
         return "-" if v is None else f"{v:.3g}"
 
-    req, acc, sc = res.requirement, res.acceptance, res.scope or {}
-    out = [f"requirement {req.name} (|m| < {acc['max_abs_m']:g}, |c| < "
-           f"{acc['max_abs_c']:g}): {req.chosen}"]  # fmt: skip
-    if sc.get("unplanned_dropped"):
-        out.append(f"  left out {sc['unplanned_dropped']} realization(s) not in the campaign's "
+    req, acc, sc = res.requirement, res.acceptance, res.scope or Scope()
+    out = [f"requirement {req.name} (|m| < {acc.max_abs_m:g}, |c| < "
+           f"{acc.max_abs_c:g}): {req.chosen}"]  # fmt: skip
+    if sc.unplanned_dropped:
+        out.append(f"  left out {sc.unplanned_dropped} realization(s) not in the campaign's "
                    "plan (summary.csv in_plan false; --include-unplanned uses them)")  # fmt: skip
     ex = ", ".join(f"{k}: {v}" for k, v in res.excluded.items()) or "none"
     out.append(f"{req.name}, estimator {res.estimator}, point estimate "
                f"{res.point_estimate}, weights {res.weights}: used {res.n_used} of "
                f"{res.n_realizations} realization(s) ({res.n_seeds} independent seeds); "
                f"excluded: {ex}")  # fmt: skip
-    if pr := res.population:
-        worst = min(p["ess_fraction_min"] for p in pr["grid_points"])
-        coll = sum(p["n_collapsed"] for p in pr["grid_points"])
-        khat = [p.get("n_khat_high") for p in pr["grid_points"]]
+    if (pr := res.population) is not None:
+        points = pr.grid_points or []
+        worst = min(p.ess_fraction_min for p in points)
+        coll = sum(p.n_collapsed for p in points)
+        khat = [p.n_khat_high for p in points]
         khat_s = ("" if any(k is None for k in khat) else
                   f"; {sum(khat)} with Pareto k-hat above its threshold")  # fmt: skip
-        out.append(f"  population estimator pooled per grid point: {pr['n_galaxies']} galaxies "
-                   f"of {pr['n_seeds']} seeds over {len(pr['grid_points'])} grid point(s); "
+        out.append(f"  population estimator pooled per grid point: {pr.n_galaxies} galaxies "
+                   f"of {pr.n_seeds} seeds over {len(points)} grid point(s); "
                    f"smallest per-galaxy ESS {worst:.2g} of the draws, {coll} galaxies with "
                    f"ESS below 10% at the estimate{khat_s}")  # fmt: skip
-        out.append(_numerical_line(pr["grid_points"], pr.get("num_err_m_max", 1e-4)))
+        limit = pr.num_err_m_max if pr.num_err_m_max is not None else 1e-4
+        out.append(_numerical_line(points, limit))
     for name, n in (res.warnings or {}).items():
         out.append(f"  WARNING {name} in {n} used realization(s): {fl.FLAGS[name][1]}")
-    des = res.design or {}
-    if des.get("rotations", 1) > 1:
-        out.append(f"  ring design: {des['rotations']} rotations per seed"
-                   f"{', paired' if des['paired'] else ''}; errors resample whole seeds; "
-                   f"incomplete rings left out: {des['incomplete_rings_left_out']}")  # fmt: skip
-    if res.noise_bias:
-        out.append(f"  NOTE {res.noise_bias['message']}")
-    pr = res.prior or {}
-    if pr.get("dominated"):
+    des = res.design or Design()
+    if (des.rotations or 1) > 1:
+        out.append(f"  ring design: {des.rotations} rotations per seed"
+                   f"{', paired' if des.paired else ''}; errors resample whole seeds; "
+                   f"incomplete rings left out: {des.incomplete_rings_left_out}")  # fmt: skip
+    if res.noise_bias is not None:
+        out.append(f"  NOTE {res.noise_bias.message}")
+    pr = res.prior or Prior()
+    if pr.dominated:
         out.append(f"  WARNING prior-dominated: the shear prior pulls the estimates by a median "
-                   f"{max(v for k, v in pr.items() if k.startswith('shrinkage') and v):.2g} "
+                   f"{max(v for v in (pr.shrinkage_g1, pr.shrinkage_g2) if v):.2g} "
                    f"(m shifted by about that much); use the flat default prior "
                    f"(gal.shear.type: UniformDisk) for calibration")  # fmt: skip
     for k, x, err, why in res.values():
-        label = res.fits[f"g{k[1]}"]["error_label"]
+        label = res.fits.of(f"g{k[1]}").error_label
         if x is None:
             out.append(f"  {k} = undefined ({why or ''}; not a criterion)")
         elif err is None:
@@ -322,15 +329,15 @@ def summary_lines(res: BiasResult, results: Path | None = None,
         elif c.status == "fail" and c.reason:
             line += f": {c.reason}"
         out.append(line)
-    out += (res.planning or {}).get("lines", [])
-    if side := res.extra.get("estimators"):  # host estimators beside the method (compare.py)
+    out += (res.planning.lines or []) if res.planning is not None else []
+    if side := res.estimators:  # host estimators beside the method (compare.py)
         from .compare import side_lines
 
         out += side_lines(side)
     v = res.verdict
     why = ""
-    if sc.get("unfinished"):
-        why = f" {sc['message']} (on the complete ones: {res.verdict_of_complete})"
+    if sc.unfinished:
+        why = f" {sc.message} (on the complete ones: {res.verdict_of_complete})"
     out.append(f"verdict: {v} (exit {EXIT_CODES[v]}){why}"
                + (f" -> {results}" if results is not None else ""))  # fmt: skip
     if plot_dir is not None:
@@ -338,25 +345,26 @@ def summary_lines(res: BiasResult, results: Path | None = None,
     return out
 
 
-def _numerical_line(points: list[dict[str, Any]], limit: float) -> str:
+def _numerical_line(points: Sequence[GridPoint], limit: float) -> str:
     """One line: the pooled fits' numerical error against their statistical error, and the
     grid points flagged (not converged, or above ``limit`` in m units)."""
-    import math
 
-    def val(p: dict[str, Any], key: str) -> float:  # unknown (None, NaN): infinite
-        v = p.get(key)
+    def val(v: float | None) -> float:  # unknown (None, NaN): infinite
         return math.inf if v is None or not math.isfinite(v) else float(v)
 
-    num = max(max(val(p, "g1_num_err"), val(p, "g2_num_err")) for p in points)
-    num_m = max(val(p, "num_err_m") for p in points)
-    stat = min(min(val(p, "g1_err"), val(p, "g2_err")) for p in points)
-    bad = [p for p in points if p.get("flagged", not p.get("converged", False))]
+    def flagged(p: GridPoint) -> bool:  # files before the flag: not converged
+        return p.flagged if p.flagged is not None else not p.converged
+
+    num = max(max(val(p.g1_num_err), val(p.g2_num_err)) for p in points)
+    num_m = max(val(p.num_err_m) for p in points)
+    stat = min(min(val(p.g1_err), val(p.g2_err)) for p in points)
+    bad = [p for p in points if flagged(p)]
     head = (f"pooled fits' numerical error: at most {num:.2g} in g ({num_m:.2g} in m units) "
             f"against statistical errors of at least {stat:.2g}; ")  # fmt: skip
     if not bad:
         return f"  {head}all {len(points)} grid point(s) converged, none above {limit:g} in m"
-    what = ", ".join(f"({p['g1_true']:g}, {p['g2_true']:g}) {p.get('status', 'not converged')}"
-                     f" {val(p, 'num_err_m'):.2g}" for p in bad[:4])  # fmt: skip
+    what = ", ".join(f"({p.g1_true:g}, {p.g2_true:g}) {p.status or 'not converged'}"
+                     f" {val(p.num_err_m):.2g}" for p in bad[:4])  # fmt: skip
     more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
     return (
         f"  WARNING {head}{len(bad)} of {len(points)} grid point(s) flagged (not "

@@ -64,7 +64,8 @@ overrides from YAML.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from scipy import stats as st
@@ -411,16 +412,23 @@ def criteria(
     return out
 
 
-def load_acceptance(path: str | None, level: str) -> dict[str, float]:
+def load_acceptance(path: str | Path | Mapping[str, Any] | None, level: str) -> dict[str, float]:
     """Overrides for the requirement ``level`` (a preset or an alias) from a YAML (``{name:
     {key: value}}``, top level or under ``acceptance:``; a preset's overrides may be given
-    under its alias too); unknown names or keys raise ``ValueError`` naming the key path."""
+    under its alias too); unknown names or keys raise ``ValueError`` naming the key path.
+    ``path`` may also be the YAML's content as a mapping, or a mapping of criteria keys
+    only (``{"max_abs_m": 1e-3}``: overrides of ``level`` itself)."""
     if path is None:
         return {}
-    import yaml
+    if isinstance(path, Mapping):
+        doc: Any = dict(path)
+        if doc and all(k in rq.CRITERIA_KEYS for k in doc):  # flat: the judged one's
+            doc = {rq.resolve(level): doc}
+    else:
+        import yaml
 
-    with open(path) as fh:
-        doc = yaml.safe_load(fh) or {}
+        with open(path) as fh:
+            doc = yaml.safe_load(fh) or {}
     sec = doc.get("acceptance", doc) if isinstance(doc, dict) else None
     if not isinstance(sec, dict):
         raise ValueError("acceptance: expected a mapping of levels")

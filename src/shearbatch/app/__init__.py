@@ -13,8 +13,8 @@
 - stage 3, ``bias-stats``: :class:`StatsOptions` -> :func:`run_stats` ->
   :class:`StatsOutcome`, carrying the typed
   :class:`~shearbatch.analysis.result.BiasResult` (:mod:`.stats`; the figures and the
-  report: :mod:`.report`); :meth:`shearbatch.api.Campaign.stats` shares its
-  :func:`choose_requirement` and :func:`stats_of_table`. Bad input to either raises
+  report: :mod:`.report`); :meth:`shearbatch.api.Campaign.stats` calls
+  :func:`run_stats` with the command's options. Bad input to either raises
   :class:`StageError`, one line naming the flag.
 
 The CLI (:mod:`shearbatch.cli`) only parses, calls this package, prints and maps exceptions

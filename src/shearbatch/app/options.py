@@ -1,7 +1,10 @@
 """What a ``bias-run`` is asked to do: :class:`RunOptions`, and the flags merged into the config.
 
 The options are ``bias-run``'s flags with underscores (``shear_grid=(-0.05, 0.05)`` is
-``--shear-grid -0.05 0.05``); the CLI and :func:`shearbatch.run` both build one. Flags that
+``--shear-grid -0.05 0.05``), grouped by concern (:class:`ConfigOverrides`,
+:class:`ExecutionOptions`, :class:`SlurmOptions`); the CLI and :func:`shearbatch.run` both
+build one with :meth:`RunOptions.of`. Each is checked in one place: a flag that sets a
+config key by the schema, the others by :func:`shearbatch.app.plan.plan_run`. Flags that
 set a config key (``--batch-size`` -> ``campaign.batch_size``) are merged into the config's
 DATA and the merged mapping is validated by the schema, so every rule on a key has one home
 (schema/); an error on a key a flag set is reported under that flag's name.
@@ -21,13 +24,19 @@ import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..schema import Config
 
 __all__ = [
     "CAMPAIGN_FLAGS",
     "SBATCH_FLAGS",
+    "ConfigOverrides",
+    "ExecutionOptions",
     "PlanError",
     "RunOptions",
+    "SlurmOptions",
     "apply_flags",
     "config_with_flags",
     "flag_name",
@@ -43,11 +52,14 @@ class PlanError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class RunOptions:
-    """``bias-run``'s options (``None``: not given, the config's value or the default)."""
+class ConfigOverrides:
+    """The options that say what is run: the config, and the flags that set its keys or
+    choose the realizations (``None``: not given, the config's value)."""
 
     #: YAML path, or a mapping with the same content (the Python API)
     config: str | Path | Mapping[str, Any] | None = None
+    #: ``--set key.path=value`` items (applied before the flags)
+    set_values: tuple[str, ...] = ()
     g1_true: float | None = None
     g2_true: float | None = None
     seed: int | None = None
@@ -61,24 +73,40 @@ class RunOptions:
     shear_from_prior: bool | None = None
     #: lanes per batch, or ``"auto"`` (the most that fit the memory budget)
     batch_size: int | str | None = None
-    #: device memory one batch may use (``"2GiB"``; None: the device's free memory)
-    memory_budget: str | None = None
     output_dir: str | None = None
     method: str | None = None
     #: host estimators beside the method, comma-separated (``inference.estimators``)
     estimators: str | None = None
     x64: bool | None = None
-    array_task_id: int | None = None
-    array_task_count: int | None = None
-    array_indices: str | None = None
-    overwrite: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionOptions:
+    """The options that say how this process runs it (never the results beyond the last
+    bit): its array task, the device memory, the writes, the cache, time, what to print."""
+
+    #: device memory one batch may use (``"2GiB"``; None: the device's free memory)
+    memory_budget: str | None = None
     lane_chunk: str | int = "auto"
     overlap: bool = True
     cache_dir: str | None = None
     time_limit: str | None = None
+    array_task_id: int | None = None
+    array_task_count: int | None = None
+    array_indices: str | None = None
+    overwrite: bool = False
     dry_run: bool = False
+    #: ``--pilot``: the dry run also compiles and times one batch
+    pilot: bool = False
     preview: str | None = None
     progress: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmOptions:
+    """The options of ``--emit-sbatch``: the script, and the ``--sbatch-*`` flags (each
+    overrides its ``campaign.sbatch`` key: :data:`SBATCH_FLAGS`)."""
+
     emit_sbatch: str | None = None
     sbatch_tasks: int | None = None
     sbatch_array: str | None = None
@@ -91,14 +119,47 @@ class RunOptions:
     sbatch_setup: tuple[str, ...] = ()
     sbatch_stats: bool | None = None
     sbatch_level: str | None = None
-    #: ``--set key.path=value`` items (applied before the flags)
-    set_values: tuple[str, ...] = ()
-    #: ``--pilot``: the dry run also compiles and times one batch
-    pilot: bool = False
+
+
+#: the groups of :class:`RunOptions`, by concern: its field -> the record
+_GROUPS: dict[str, type] = {"overrides": ConfigOverrides, "execution": ExecutionOptions,
+                            "slurm": SlurmOptions}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """``bias-run``'s options, split by concern: :attr:`overrides` (the config and the flags
+    that override it), :attr:`execution` (how this process runs) and :attr:`slurm`
+    (``--emit-sbatch``). :meth:`of` makes one from the flags' names with underscores, as the
+    CLI and :func:`shearbatch.run` have them."""
+
+    overrides: ConfigOverrides = dataclasses.field(default_factory=ConfigOverrides)
+    execution: ExecutionOptions = dataclasses.field(default_factory=ExecutionOptions)
+    slurm: SlurmOptions = dataclasses.field(default_factory=SlurmOptions)
 
     @classmethod
     def fields(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        """Every option's name (``bias-run``'s flags with underscores), over the groups."""
+        return tuple(f.name for g in _GROUPS.values() for f in dataclasses.fields(g))
+
+    @classmethod
+    def of(cls, **options: Any) -> RunOptions:
+        """The options named as the flags are (``shear_grid=(0.01,)``, ``overlap=False``,
+        ``sbatch_tasks=4``), each put in its group; ``TypeError`` for an unknown name."""
+        groups: dict[str, dict[str, Any]] = {g: {} for g in _GROUPS}
+        where = {f.name: g for g, rec in _GROUPS.items() for f in dataclasses.fields(rec)}
+        for k, v in options.items():
+            if k not in where:
+                raise TypeError(f"RunOptions: unknown option {k!r}")
+            groups[where[k]][k] = v
+        return cls(**{g: rec(**groups[g]) for g, rec in _GROUPS.items()})
+
+    def get(self, name: str) -> Any:
+        """The option ``name`` (its flag with underscores), whichever group holds it."""
+        for group in (self.overrides, self.execution, self.slurm):
+            if hasattr(group, name):
+                return getattr(group, name)
+        raise AttributeError(name)
 
 
 #: bias-run flag -> campaign key it overrides (the one place flags meet the config)
@@ -123,7 +184,7 @@ def flag_name(option: str) -> str:
 
 
 def _get(kw: Any, name: str) -> Any:
-    return kw.get(name) if isinstance(kw, Mapping) else getattr(kw, name, None)
+    return kw.get(name) if isinstance(kw, Mapping | RunOptions) else getattr(kw, name, None)
 
 
 def overrides(kw: RunOptions | Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -313,7 +374,7 @@ def _apply_sets(data: Mapping[str, Any], sets: Mapping[str, tuple[str, Any]]) ->
 
 def merge_config(
     data: Mapping[str, Any], kw: RunOptions | Mapping[str, Any]
-) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[Config, dict[str, Any], list[dict[str, Any]]]:
     """``(config, data as validated, overrides)``: ``data`` (a config mapping) validated
     alone, then with ``kw``'s ``--set`` items and flags merged in (in that order) and
     validated again. Raises :class:`~shearbatch.schema.ConfigError` naming the config key

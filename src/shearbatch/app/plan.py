@@ -17,9 +17,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import PlanError, RunOptions, merge_config
+
+if TYPE_CHECKING:  # the schema and the spec load with the plan (plan_run imports them)
+    from ..campaign import Realization
+    from ..schema import Config
+    from ..spec import RunSpec
 
 __all__ = ["MAX_PLAN", "Plan", "check_campaign", "check_out_path", "check_writable",
            "frozen_path", "load_config_data", "plan_identity", "plan_run"]  # fmt: skip
@@ -35,15 +40,15 @@ class Plan:
     """What one ``bias-run`` process (one array task) is to do; built by :func:`plan_run`."""
 
     #: the validated config, flags applied
-    cfg: Any
+    cfg: Config
     #: the hashable run spec of ``cfg`` (:func:`shearbatch.spec.run_spec`)
-    spec: Any
+    spec: RunSpec
     #: every realization of the campaign, in plan order (all array tasks)
-    realizations: tuple[Any, ...]
+    realizations: tuple[Realization, ...]
     #: this array task's contiguous slice of ``realizations``
-    mine: tuple[Any, ...]
+    mine: tuple[Realization, ...]
     #: the part of ``mine`` to compute (not complete, or everything with ``overwrite``)
-    todo: tuple[Any, ...]
+    todo: tuple[Realization, ...]
     #: run id -> :func:`shearbatch.io.realization_status` of each of ``mine`` when planned
     status: Mapping[str, str]
     #: lanes of the compiled program: the campaign's, never this task's share
@@ -69,13 +74,13 @@ class Plan:
     def auto_batch(self) -> bool:
         """``--batch-size auto``: the engine picks the lanes from the memory budget
         (``batch_size`` is then the config's, used where no device is at hand)."""
-        return self.options.batch_size == "auto"
+        return self.options.overrides.batch_size == "auto"
 
     @property
     def config_name(self) -> str:
         """The config as the user named it (its path, or ``<mapping>``; the campaign's
         frozen config.yaml when none was named)."""
-        c = self.options.config
+        c = self.options.overrides.config
         if c is None:
             return str(frozen_path(self.options))
         return "<mapping>" if isinstance(c, Mapping) else str(c)
@@ -115,19 +120,19 @@ def frozen_path(kw: RunOptions) -> Path | None:
     """``<--output-dir>/config.yaml`` when ``--output-dir`` is given and it exists."""
     from ..io.manifest import FROZEN_CONFIG
 
-    if kw.output_dir is None:
+    if kw.overrides.output_dir is None:
         return None
-    path = Path(kw.output_dir) / FROZEN_CONFIG
+    path = Path(kw.overrides.output_dir) / FROZEN_CONFIG
     return path if path.is_file() else None
 
 
-def load_config_data(kw: RunOptions) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+def load_config_data(kw: RunOptions) -> tuple[Config, dict[str, Any], list[dict[str, Any]]]:
     """``(config, data, overrides)``: the config (a YAML path, a mapping, or without one
     the frozen ``config.yaml`` of ``--output-dir``) with ``kw``'s ``--set`` items and flags
     merged in, validated (:func:`~shearbatch.app.options.merge_config`)."""
     from ..schema import ConfigError, read_config_data
 
-    config = kw.config
+    config = kw.overrides.config
     if config is None:
         config = frozen_path(kw)
         if config is None:
@@ -139,7 +144,7 @@ def load_config_data(kw: RunOptions) -> tuple[Any, dict[str, Any], list[dict[str
     return merge_config(data, kw)
 
 
-def load_with_flags(kw: RunOptions) -> Any:
+def load_with_flags(kw: RunOptions) -> Config:
     """The config (a YAML path or a mapping) with ``kw``'s flags merged in, validated."""
     return load_config_data(kw)[0]
 
@@ -205,41 +210,43 @@ def _check_flags(kw: RunOptions) -> tuple[str, tuple[int, int]]:
     from .. import campaign as cp
     from ..slurm import ArrayError, parse_indices
 
-    lane_chunk = str(kw.lane_chunk).strip().lower()
+    lane_chunk = str(kw.execution.lane_chunk).strip().lower()
     if lane_chunk not in ("auto", "off") and not (lane_chunk.isdigit() and int(lane_chunk) >= 1):
-        raise PlanError(f"--lane-chunk: auto, off or a number of lanes >= 1, got {kw.lane_chunk!r}")
-    if isinstance(kw.batch_size, str) and kw.batch_size != "auto":
+        raise PlanError(
+            f"--lane-chunk: auto, off or a number of lanes >= 1, got {kw.execution.lane_chunk!r}"
+        )
+    if isinstance(kw.overrides.batch_size, str) and kw.overrides.batch_size != "auto":
         raise PlanError(f"--batch-size: auto or a number of realizations >= 1, got "
-                        f"{kw.batch_size!r}")  # fmt: skip
-    if kw.memory_budget is not None:
+                        f"{kw.overrides.batch_size!r}")  # fmt: skip
+    if kw.execution.memory_budget is not None:
         from ..core.memory import parse_bytes
 
         try:
-            parse_bytes(kw.memory_budget)
+            parse_bytes(kw.execution.memory_budget)
         except ValueError as err:
             raise PlanError(f"--memory-budget: {err}") from None
-    if kw.seed is not None and kw.seed < 0:
-        raise PlanError(f"--seed: must be >= 0, got {kw.seed}")
-    if kw.shear_grid and kw.g1_true is not None:
+    if kw.overrides.seed is not None and kw.overrides.seed < 0:
+        raise PlanError(f"--seed: must be >= 0, got {kw.overrides.seed}")
+    if kw.overrides.shear_grid and kw.overrides.g1_true is not None:
         raise PlanError("--g1-true and --shear-grid are exclusive (single realization vs campaign)")
-    if kw.shear_grid_g2 and kw.g2_true is not None:
+    if kw.overrides.shear_grid_g2 and kw.overrides.g2_true is not None:
         raise PlanError("--g2-true and --shear-grid-g2 are exclusive (constant g2 vs a g2 grid)")
-    if kw.shear_grid_g2 and kw.g1_true is not None:
+    if kw.overrides.shear_grid_g2 and kw.overrides.g1_true is not None:
         raise PlanError("--g1-true and --shear-grid-g2 are exclusive (single realization vs "
                         "campaign)")  # fmt: skip
-    if kw.shear_from_prior and (kw.shear_grid or kw.shear_grid_g2):
+    if kw.overrides.shear_from_prior and (kw.overrides.shear_grid or kw.overrides.shear_grid_g2):
         raise PlanError("--shear-from-prior and --shear-grid(-g2) are exclusive")
-    if kw.g1_true is not None and not abs(kw.g1_true) < 1:
-        raise PlanError(f"--g1-true: |g| must be < 1, got {kw.g1_true}")
-    task_id, task_count = kw.array_task_id, kw.array_task_count
+    if kw.overrides.g1_true is not None and not abs(kw.overrides.g1_true) < 1:
+        raise PlanError(f"--g1-true: |g| must be < 1, got {kw.overrides.g1_true}")
+    task_id, task_count = kw.execution.array_task_id, kw.execution.array_task_count
     if (task_id is None) != (task_count is None):
         raise PlanError("--array-task-id and --array-task-count go together")
     indices = None
-    if kw.array_indices is not None:
+    if kw.execution.array_indices is not None:
         if task_id is not None:
             raise PlanError("--array-indices and --array-task-id are exclusive")
         try:
-            indices = parse_indices(kw.array_indices)
+            indices = parse_indices(kw.execution.array_indices)
         except ArrayError as err:
             raise PlanError(f"--array-indices: {err}") from None
         if "SLURM_ARRAY_TASK_ID" not in os.environ:
@@ -273,16 +280,16 @@ def plan_run(kw: RunOptions) -> Plan:
     n_plan *= len(camp.shear_grid_g2 or [0])
     if camp.paired:
         n_plan *= 2
-    if kw.g1_true is None and n_plan > MAX_PLAN:
+    if kw.overrides.g1_true is None and n_plan > MAX_PLAN:
         raise PlanError(f"--n-realizations: the plan would hold {n_plan:,} realizations, more "
                         f"than the {MAX_PLAN:,} one output root may hold; split the campaign "
                         "over several --output-dir / --base-seed ranges")  # fmt: skip
     spec = run_spec(cfg)
     expect = mf.defining(spec.config_hash, spec.method, spec.precision)
-    if kw.g1_true is not None:
-        seed = kw.seed if kw.seed is not None else camp.base_seed
+    if kw.overrides.g1_true is not None:
+        seed = kw.overrides.seed if kw.overrides.seed is not None else camp.base_seed
         try:
-            plan = cp.plan_single(kw.g1_true, camp.g2, seed, kw.run_id)
+            plan = cp.plan_single(kw.overrides.g1_true, camp.g2, seed, kw.overrides.run_id)
         except ValueError as err:
             raise PlanError(f"--g1-true/--g2-true: {err}") from None
         if plan[0].run_id in ("", ".", "..") or "/" in plan[0].run_id:
@@ -296,7 +303,7 @@ def plan_run(kw: RunOptions) -> Plan:
             base_seed=camp.base_seed,
         )
     else:
-        if kw.run_id is not None or kw.seed is not None:
+        if kw.overrides.run_id is not None or kw.overrides.seed is not None:
             raise PlanError("--run-id/--seed are for a single realization (with --g1-true)")
         if not camp.shear_grid:
             raise PlanError(
@@ -318,9 +325,9 @@ def plan_run(kw: RunOptions) -> Plan:
             raise PlanError(f"--shear-grid/--shear-grid-g2/--g2-true: {err}") from None
     fft = {"model": spec.model.image.fft_size, "truth": spec.truth.image.fft_size}
     band = {"model": spec.model.image.alias_band, "truth": spec.truth.image.alias_band}
-    plan_info = plan_identity(camp, single=plan[0] if kw.g1_true is not None else None,
+    plan_info = plan_identity(camp, single=plan[0] if kw.overrides.g1_true is not None else None,
                               fft_size=fft, alias_band=band)  # fmt: skip
-    if not kw.overwrite:  # another campaign in the output root: refuse before anything
+    if not kw.execution.overwrite:  # another campaign in the output root: refuse before anything
         check_campaign(output_dir, expect, plan_info, cfg.model_dump(mode="json"))
     if plan_info["design"] == "grid" and camp.shear_grid_g2 is None:
         logger.info("g2 is constant (%g): m2 will be undefined; --shear-grid-g2 (or "
@@ -345,7 +352,7 @@ def plan_run(kw: RunOptions) -> Plan:
         kinds = sorted({status[k] for k in bad})
         logger.warning("%d %s realization(s) under %s (e.g. %s: %s); they are redone",
                        len(bad), " or ".join(kinds), output_dir, bad[0], why)  # fmt: skip
-    todo = [r for r in mine if kw.overwrite or status[r.run_id] != "done"]
+    todo = [r for r in mine if kw.execution.overwrite or status[r.run_id] != "done"]
     return Plan(
         cfg=cfg,
         spec=spec,

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..engine import runtime
 from .options import PlanError
 from .plan import Plan
 from .signals import StopOnSignal
 
-__all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "n_complete",
+if TYPE_CHECKING:
+    from ..engine import Execution, Lanes
+
+__all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "execution_of", "n_complete",
            "record_command", "resume_hint", "run", "run_claimed", "write_manifest"]  # fmt: skip
 
 logger = logging.getLogger("shearbatch")
@@ -82,32 +85,38 @@ def record_command(plan: Plan, args: Sequence[str]) -> None:
         raise WriteError(f"cannot write {out / COMMANDS_FILE}: {err.strerror}") from None
 
 
-def compile_first(plan: Plan, cache: str) -> None:
+def compile_first(plan: Plan, cache: str) -> Lanes | None:
     """Compile (or load) this campaign's generator and inference program while holding the
     cache's lock, so that array tasks starting together compile once between them: the
     first one compiles, writes the cache and leaves a marker (``.compiled-<key>``, the key
     hashing the config, method, lanes, precision, JAX version and devices); the others
-    wait, see the marker and go on to read the cache (no second trace of the program)."""
+    wait, see the marker and go on to read the cache (no second trace of the program).
+
+    The program is compiled as the engine's lane decision compiles it
+    (:func:`shearbatch.engine.plan_lanes`: the campaign's lanes, the memory budget, the lane
+    chunk), and that decision is returned, for the engine to run with
+    (:attr:`shearbatch.engine.Execution.lanes`); None where this task did not compile (the
+    engine then decides, from the cache)."""
     import hashlib
     import json
 
     import jax
 
     from ..core.batching import pad_to
-    from ..engine import build_program, compile_lanes, lane_chunk_for
+    from ..engine import BatchTooLarge, build_program, lane_chunk_for, plan_lanes
 
     spec, lanes = plan.spec, plan.batch_size
     devs = jax.devices()
     if plan.auto_batch:
         logger.info("--batch-size auto: each task picks its lanes from its device's memory; "
                     "no shared compile step")  # fmt: skip
-        return
+        return None
     if len(jax.local_devices()) > 1:
         # the engine splits lanes over the devices with a program of its own making; a
         # warm-up of the one-device program here would compile something never used
         logger.info("%d local devices: no shared compile step, each task compiles or "
                     "reads the cache itself", len(jax.local_devices()))  # fmt: skip
-        return
+        return None
     what = [spec.config_hash, spec.method, spec.precision, lanes, plan.lane_chunk,
             jax.__version__, devs[0].platform, devs[0].device_kind, len(devs)]  # fmt: skip
     key = hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
@@ -116,25 +125,35 @@ def compile_first(plan: Plan, cache: str) -> None:
         if marker.exists():
             logger.info("compile lock (waited %.1f s): the cache already holds the campaign's "
                         "%d-lane programs", waited, lanes)  # fmt: skip
-            return
+            return None
         before = dict(runtime.CACHE_EVENTS)
         padded = pad_to(list(plan.todo[:lanes]), lanes)
-        built = build_program(spec, padded, chunk=lane_chunk_for(plan.lane_chunk, spec))
-        # as the engine compiles it before its first batch (engine.plan_lanes: for the shapes,
-        # not for these arrays), so that the cache entry is the one the tasks will look up
-        compiled = compile_lanes(built.program, spec, lanes)[0] or built.compile()
+        chunk = lane_chunk_for(plan.lane_chunk, spec)
+        built = build_program(spec, padded, chunk=chunk)
+        # the engine's lane decision (for the shapes, not for these arrays), so that the
+        # cache entry is the one the tasks will look up, at the width the budget allows
+        try:
+            decided = plan_lanes(spec, built.program, lanes, len(plan.todo),
+                                 budget=plan.options.execution.memory_budget,
+                                 multiple=chunk or 1)  # fmt: skip
+        except BatchTooLarge as err:
+            raise PlanError(str(err)) from None
+        compiled = decided.compiled or built.compile()
         # the residual check too, on the program's outputs (the engine runs it on the device
-        # after each batch): compiled here, under the lock, it is not compiled by two tasks
+        # after each batch or lane chunk): compiled here, under the lock, it is not compiled
+        # by two tasks
         samples = getattr(compiled, "out_info", None)
         if samples is not None:
             from ..core.checks import chi2_program
 
-            chi2_program(spec.model).lower(samples.samples, built.sim.images).compile()
+            images = built.sim.images[: decided.width]
+            chi2_program(spec.model).lower(samples.samples, images).compile()
         marker.touch()
         ev = runtime.CACHE_EVENTS
         logger.info("compile lock (waited %.1f s): %d cache hit(s), %d miss(es) for the "
                     "campaign's %d-lane programs", waited, ev["hits"] - before["hits"],
                     ev["misses"] - before["misses"], lanes)  # fmt: skip
+        return decided if decided.compiled is not None else None
 
 
 def write_manifest(plan: Plan) -> dict[str, Any]:
@@ -149,7 +168,7 @@ def write_manifest(plan: Plan) -> dict[str, Any]:
                                        plan=dict(plan.plan_info),
                                        run_ids=[r.run_id for r in plan.realizations],
                                        batch_size=plan.batch_size, env=env,
-                                       replace=plan.options.overwrite,
+                                       replace=plan.options.execution.overwrite,
                                        overrides=plan.overrides,
                                        frozen=plan.config_data)  # fmt: skip
     except ValueError as err:
@@ -187,7 +206,7 @@ def claimed(plan: Plan, quiet: bool = False) -> Iterator[Claimed]:
         mine = set(cl.mine)
         todo = [r for r in plan.todo if r.run_id in mine]
         done: tuple[str, ...] = ()
-        if not plan.options.overwrite:
+        if not plan.options.execution.overwrite:
             now = [r for r in todo
                    if realization_status(root, r.run_id, plan.expect, r._asdict()) != "done"]  # fmt: skip
             done = tuple(sorted(mine - {r.run_id for r in now}))
@@ -205,11 +224,26 @@ def claimed(plan: Plan, quiet: bool = False) -> Iterator[Claimed]:
 CLAIM_WAIT_S = 60.0
 
 
+def execution_of(plan: Plan, provenance: Mapping[str, Any], **run_kw: Any) -> Execution:
+    """The one record the engine runs ``plan`` with (:class:`shearbatch.engine.Execution`):
+    the plan's lanes (``auto``, or the campaign's), lane chunk, memory budget, writes,
+    draws and the realizations' ``provenance``; ``run_kw``: this run's ``progress``,
+    ``stop``, ``deadline`` and ``lanes`` (the lane decision :func:`compile_first` made)."""
+    from ..engine import Execution
+
+    return Execution(output_dir=plan.output_dir,
+                     batch_size="auto" if plan.auto_batch else plan.batch_size,
+                     lane_chunk=plan.lane_chunk, memory_budget=plan.options.execution.memory_budget,
+                     overlap=plan.options.execution.overlap, provenance=provenance,
+                     draws=plan.cfg.campaign.draws, **run_kw)  # fmt: skip
+
+
 def run_claimed(plan: Plan, provenance: dict[str, Any], *, claim_wait: float | None = None,
                 **engine_kw: Any) -> tuple[Any, int]:  # fmt: skip
-    """Claim this task's realizations and run them; ``engine_kw``:
-    :func:`shearbatch.engine.run_campaign`'s progress / stop / deadline. Returns the
-    engine's report and the number skipped because another process held them.
+    """Claim this task's realizations and run them with one
+    :class:`~shearbatch.engine.Execution` (:func:`execution_of`; ``engine_kw``: its
+    progress / stop / deadline). Returns the engine's report and the number skipped
+    because another process held them.
 
     Realizations another process held are not lost when it dies: once this task's own are
     done, it polls their claims for up to ``claim_wait`` seconds (:data:`CLAIM_WAIT_S`),
@@ -219,16 +253,14 @@ def run_claimed(plan: Plan, provenance: dict[str, Any], *, claim_wait: float | N
     import dataclasses
     import time
 
-    from ..engine import BatchTooLarge, run_campaign
+    from .. import engine as eng
+
+    execution = execution_of(plan, provenance, **engine_kw)
 
     def engine(todo: list[Any]) -> Any:
         try:
-            return run_campaign(plan.spec, todo, output_dir=plan.output_dir,
-                                batch_size="auto" if plan.auto_batch else plan.batch_size,
-                                overlap=plan.options.overlap, lane_chunk=plan.lane_chunk,
-                                provenance=provenance, memory_budget=plan.options.memory_budget,
-                                draws=plan.cfg.campaign.draws, **engine_kw)  # fmt: skip
-        except BatchTooLarge as err:
+            return eng.run(plan.spec, todo, execution)
+        except eng.BatchTooLarge as err:
             raise PlanError(str(err)) from None
 
     with claimed(plan) as cl:
@@ -291,7 +323,7 @@ def run(
     """
     from .preview import preview as write_preview
 
-    cache_dir = plan.options.cache_dir or runtime.default_cache_dir(plan.output_dir)
+    cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)
     stopper = StopOnSignal(lambda: resume_hint(plan)) if signals else contextlib.nullcontext()
     with runtime.scoped(), stopper as stop:
         cache = runtime.configure(plan.spec.precision == "float64", cache_dir)
@@ -299,12 +331,12 @@ def run(
         if preview is not None:
             write_preview(plan, preview, notify=notify)
         provenance = write_manifest(plan)
-        if plan.task[1] > 1 and plan.todo:
-            compile_first(plan, cache)
+        lanes = compile_first(plan, cache) if plan.task[1] > 1 and plan.todo else None
         if command is not None:
             record_command(plan, command)
         report, skipped = run_claimed(plan, provenance, progress=progress, deadline=deadline,
-                                      stop=stop.event if stop is not None else None)  # fmt: skip
+                                      stop=stop.event if stop is not None else None,
+                                      lanes=lanes)  # fmt: skip
         if preview is not None:  # again, now with the model at each estimate and the residual
             write_preview(plan, preview, fitted=True, notify=notify)
     ev = runtime.CACHE_EVENTS
@@ -317,7 +349,7 @@ def preview_only(plan: Plan, path: Path, notify: Callable[[str], None] = logger.
     """``--dry-run --preview``: the PNG of the first stamps, nothing else computed or written."""
     from .preview import preview as write_preview
 
-    cache_dir = plan.options.cache_dir or runtime.default_cache_dir(plan.output_dir)
+    cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)
     with runtime.scoped():
         runtime.configure(plan.spec.precision == "float64", cache_dir)
         write_preview(plan, path, notify=notify)

@@ -50,9 +50,9 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     from ..slurm import ArrayError, SbatchOptions, parse_indices, sbatch_script, stats_script
 
     kw = plan.options
-    if kw.dry_run or kw.preview or kw.pilot:
+    if kw.execution.dry_run or kw.execution.preview or kw.execution.pilot:
         raise PlanError("--emit-sbatch: does not combine with --dry-run, --pilot or --preview")
-    if kw.array_task_id is not None or kw.array_indices is not None:
+    if kw.execution.array_task_id is not None or kw.execution.array_indices is not None:
         raise PlanError("--emit-sbatch: the script's tasks find their slices; drop --array-task-*")
     conf = plan.cfg.campaign.sbatch
     if conf.level is not None and conf.level not in LEVELS:
@@ -85,7 +85,7 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
         setup=setup,
     )  # fmt: skip
     sizes = [(i + 1) * n // tasks - i * n // tasks for i in range(tasks)]
-    cache = kw.cache_dir or f"{out}/.jax-cache\n(or $SHEARBATCH_CACHE_DIR)"
+    cache = kw.execution.cache_dir or f"{out}/.jax-cache\n(or $SHEARBATCH_CACHE_DIR)"
     each = f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
     note = (
         f"{n} realizations over {tasks} task(s), {each} each. Every task runs {lanes}-lane\n"
@@ -93,7 +93,7 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
         f"compilation cache {cache}. "
         f"Re-submitting this script re-runs only what is missing."
     )
-    script = Path(str(kw.emit_sbatch))
+    script = Path(str(kw.slurm.emit_sbatch))
     frozen = out / FROZEN_CONFIG
     note += (f"\nThe tasks read the config as run, frozen in {frozen} (not "
              f"{plan.config_name}).")  # fmt: skip

@@ -2,22 +2,24 @@
 :class:`StatsOutcome` (``bias-stats``).
 
 :func:`run_stats` checks the options (:func:`check_stats`: one line naming the flag, before
-anything is computed), finds the campaign behind ``--input`` (a summary table, or a
-campaign directory whose ``summary.csv`` is reused when fresh and extracted otherwise:
-:func:`resolve_input`), picks the requirement (:func:`choose_requirement`: the flag, else
-the campaign config's ``campaign.requirement``, else ``level0``), reads the table, measures
-and judges it (:func:`stats_of_table`, i.e.
-:func:`shearbatch.analysis.bias.measure_bias`) and writes ``bias_results.json``, the
+anything is computed; the analysis' settings are checked by
+:class:`shearbatch.analysis.bias.Settings`, their one home, and the requirement is chosen
+and resolved once, by :func:`choose_requirement`: the flag, else the campaign config's
+``campaign.requirement``, else ``level0``), finds the campaign behind ``--input`` (a
+summary table, or a campaign directory whose ``summary.csv`` is reused when fresh and
+extracted otherwise: :func:`resolve_input`), reads the table, measures and judges it
+(:func:`stats_of_table`, i.e. :func:`shearbatch.analysis.bias.measure_bias`, given the
+checked settings and the chosen requirement) and writes ``bias_results.json``, the
 figures and the report (:mod:`shearbatch.app.report`), each atomically.
-:meth:`shearbatch.api.Campaign.stats` calls :func:`choose_requirement` and
-:func:`stats_of_table` on :func:`shearbatch.app.extract.campaign_table`, so the Python API
-and the command agree on the same campaign.
+:meth:`shearbatch.api.Campaign.stats` calls :func:`run_stats` with the same options, so
+the Python API and the command write the same ``bias_results.json`` on the same campaign.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -32,8 +34,8 @@ from .inputs import (
 )
 
 if TYPE_CHECKING:  # the analysis (scipy, numpyro's distributions) loads when stats run
-    from ..analysis.bias import BiasAnalysis
-    from ..analysis.result import BiasResult
+    from ..analysis.bias import BiasAnalysis, Settings
+    from ..analysis.result import BiasResult, Requirement
 
 __all__ = [
     "StatsOptions",
@@ -64,7 +66,8 @@ class StatsOptions:
     target_sigma_m: float | None = None
     include_unplanned: bool = False
     posterior_dir: str | Path | None = None
-    acceptance_config: str | Path | None = None
+    acceptance_config: str | Path | Mapping[str, Any] | None = None
+    """A YAML path, or its content (:func:`shearbatch.analysis.verdict.load_acceptance`)."""
     estimator: str = "auto"
     point: str = "auto"
     weights: str = "none"
@@ -72,8 +75,9 @@ class StatsOptions:
     """None: SBC when the truths were drawn from the prior."""
     n_boot: int = 1000
     plots: bool = True
-    report: str | Path | None = None
-    """Default: ``<campaign directory>/report.html`` for a campaign directory, else none."""
+    report: str | Path | bool | None = None
+    """None: ``<campaign directory>/report.html`` for a campaign directory, else none;
+    False: none (the Python API's default)."""
     command: tuple[str, ...] = ()
     """The command line, quoted in the report as provenance."""
 
@@ -121,15 +125,21 @@ class _Checked(NamedTuple):  # the options of check_stats, resolved
     src: Path
     out: Path
     report: Path | None
-    given: str | None
-    flag: str
+    requirement: Requirement
+    """Chosen and resolved (:func:`choose_requirement`)."""
+    settings: Settings
+    """The analysis' settings, checked."""
+
+
+#: the flags of the analysis' settings (:class:`shearbatch.analysis.bias.Settings`)
+_SETTING_FLAGS = {"sbc_mode": "--sbc"}
 
 
 def check_stats(opts: StatsOptions) -> _Checked:
-    """The options checked before anything is read (:class:`StageError` naming the flag)."""
-    from ..analysis.bias import ESTIMATORS, POINT_ESTIMATES
-    from ..analysis.stats import WEIGHTS
-    from ..schema import requirements as rq
+    """The options checked before anything is read (:class:`StageError` naming the flag),
+    the analysis' settings made (:class:`~shearbatch.analysis.bias.Settings`, where their
+    rules are) and the requirement chosen (:func:`choose_requirement`)."""
+    from ..analysis.bias import BadSetting, Settings
     from .plan import PlanError, check_out_path
 
     src = Path(opts.input)
@@ -137,23 +147,15 @@ def check_stats(opts: StatsOptions) -> _Checked:
         raise StageError("--level: an alias of --requirement; give one of them")
     flag = "--requirement" if opts.level is None else "--level"
     given = opts.requirement if opts.level is None else opts.level
-    if given is not None:
-        try:
-            rq.resolve(given)
-        except ValueError as err:
-            raise StageError(f"{flag}: {err}") from None
-    if opts.target_sigma_m is not None and not opts.target_sigma_m > 0:
-        raise StageError(f"--target-sigma-m: must be > 0, got {opts.target_sigma_m}")
-    if opts.estimator not in ESTIMATORS:
-        raise StageError(f"--estimator: unknown {opts.estimator!r}; use regression, paired or auto")
-    if opts.point not in (*POINT_ESTIMATES, "auto"):
-        raise StageError(
-            f"--point: unknown {opts.point!r}; use {', '.join(POINT_ESTIMATES)} or auto"
-        )
-    if opts.weights not in WEIGHTS:
-        raise StageError(f"--weights: unknown {opts.weights!r}; use {' or '.join(WEIGHTS)}")
-    if opts.n_boot < 2:
-        raise StageError(f"--n-boot: must be >= 2, got {opts.n_boot}")
+    req = choose_requirement(given, None, flag) if given is not None else None
+    try:
+        settings = Settings(estimator=opts.estimator, point=opts.point, weights=opts.weights,
+                            n_boot=opts.n_boot, sbc_mode=opts.sbc_mode,
+                            include_unplanned=opts.include_unplanned,
+                            target_sigma_m=opts.target_sigma_m)  # fmt: skip
+    except BadSetting as err:
+        name = _SETTING_FLAGS.get(err.option, "--" + err.option.replace("_", "-"))
+        raise StageError(f"{name}: {err.reason}") from None
     if not src.exists():
         raise StageError(f"--input: {src} not found (give a campaign directory or a summary.csv)")
     if src.is_dir() and not is_campaign(src):
@@ -168,44 +170,56 @@ def check_stats(opts: StatsOptions) -> _Checked:
         if opts.posterior_dir is not None and not Path(opts.posterior_dir).is_dir():
             raise StageError(f"--posterior-dir: {opts.posterior_dir} is not a directory")
         report = opts.report if opts.report is not None or not src.is_dir() else out / REPORT
+        report = None if report is False else report  # the API's "no report"
         if report is not None and Path(report).is_dir():
             raise StageError(f"--report: {report} is a directory")
         if src.is_dir() and not summary_is_fresh(src / SUMMARY, src):
             check_out_path("--input", src)  # summary.csv will be written there
     except PlanError as err:
         raise StageError(str(err)) from None
-    return _Checked(src, out, None if report is None else Path(report), given, flag)
+    if req is None:  # the campaign's, else the default
+        posterior_dir = None if opts.posterior_dir is None else str(opts.posterior_dir)
+        req = choose_requirement(None, campaign_root(src, posterior_dir))
+    return _Checked(src, out, None if report is None else Path(report), req, settings)
 
 
 def choose_requirement(given: str | None, root: Path | None, given_by: str = "--requirement",
                        default: str = "default (no --requirement; the campaign names none)",
-                       ) -> tuple[str, str]:  # fmt: skip
-    """``(requirement, who chose it)``: ``given`` (by ``given_by``), else the campaign
-    config's ``campaign.requirement`` (:func:`campaign_requirement`), else ``level0``
-    (``default``). :class:`StageError` for an unknown one."""
+                       ) -> Requirement:  # fmt: skip
+    """The requirement judged, resolved (the one place a requirement's name or alias is
+    resolved on the way to ``bias_results.json``) and marked with who chose it: ``given``
+    (by ``given_by``), else the campaign config's ``campaign.requirement``
+    (:func:`campaign_requirement`), else ``level0`` (``default``). :class:`StageError` for
+    an unknown one."""
+    from ..analysis.result import Requirement
     from ..schema import requirements as rq
+
+    def resolved(name: str, chosen: str) -> Requirement:
+        info = rq.REQUIREMENTS[name]
+        return Requirement(name, info["for"], info["source"], chosen)
 
     if given is not None:
         try:
-            return rq.resolve(given), given_by
+            return resolved(rq.resolve(given), given_by)
         except ValueError as err:
             raise StageError(f"{given_by}: {err}") from None
     camp_req, where = campaign_requirement(root)
     if camp_req is not None:
         try:
-            return rq.resolve(camp_req), f"campaign.requirement in {where}"
+            return resolved(rq.resolve(camp_req), f"campaign.requirement in {where}")
         except ValueError as err:
             raise StageError(f"campaign.requirement: {err} ({where})") from None
-    return DEFAULT_REQUIREMENT, default
+    return resolved(DEFAULT_REQUIREMENT, default)
 
 
-def stats_of_table(df: Any, requirement: str, chosen: str, **options: Any) -> BiasAnalysis:
-    """:func:`shearbatch.analysis.bias.measure_bias` of a summary table (``options``: its
-    keyword arguments), the result's requirement marked as ``chosen``."""
-    from ..analysis.bias import BiasAnalysis, measure_bias
+def stats_of_table(df: Any, requirement: Requirement, settings: Settings,
+                   **inputs: Any) -> BiasAnalysis:  # fmt: skip
+    """:func:`shearbatch.analysis.bias.measure_bias` of a summary table with the chosen
+    ``requirement`` and the checked ``settings`` (``inputs``: ``acceptance``,
+    ``population``)."""
+    from ..analysis.bias import measure_bias
 
-    res, fits, use = measure_bias(df, requirement=requirement, **options)
-    return BiasAnalysis(res.with_chosen(chosen), fits, use)
+    return measure_bias(df, requirement=requirement, settings=settings, **inputs)
 
 
 def write_results(res: BiasResult, out: Path) -> Path:
@@ -228,9 +242,8 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
 
     ck = check_stats(opts)
     posterior_dir = None if opts.posterior_dir is None else str(opts.posterior_dir)
-    name, chosen = choose_requirement(ck.given, campaign_root(ck.src, posterior_dir), ck.flag)
     try:
-        acc = load_acceptance(opts.acceptance_config, name)
+        acc = load_acceptance(opts.acceptance_config, ck.requirement.name)
     except OSError as err:
         raise StageError(f"--acceptance-config: {err.strerror}: {err.filename}") from None
     except ValueError as err:
@@ -246,10 +259,8 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
         raise StageError(f"--input: cannot read {inp.summary}: {err}") from None
     population = _population(inp.summary, df)
     try:
-        res, fits, use = stats_of_table(
-            df, name, chosen, estimator=opts.estimator, acceptance=acc, sbc_mode=opts.sbc_mode,
-            n_boot=opts.n_boot, point=opts.point, weights=opts.weights, population=population,
-            include_unplanned=opts.include_unplanned, target_sigma_m=opts.target_sigma_m)  # fmt: skip
+        res, fits, use = stats_of_table(df, ck.requirement, ck.settings, acceptance=acc,
+                                        population=population)  # fmt: skip
     except ValueError as err:
         raise StageError(f"--input: {err}") from None
     population = None  # the sidecar's draws (the pooled fit's input) are not needed further

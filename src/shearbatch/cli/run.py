@@ -29,7 +29,7 @@ def _options(kw: dict[str, Any]) -> app.RunOptions:
     given = {k: v for k, v in kw.items() if k in fields}
     if given.get("pilot"):  # --pilot is a dry run that also times one batch
         given["dry_run"] = True
-    return app.RunOptions(config=kw["config_path"], **given)
+    return app.RunOptions.of(config=kw["config_path"], **given)
 
 
 @click.command(
@@ -79,24 +79,28 @@ def bias_run(**kw: Any) -> int:
         return _show_config(kw)
     opts = _options(kw)
     try:
-        deadline = app.deadline(opts.time_limit)
+        deadline = app.deadline(opts.execution.time_limit)
         plan = app.plan_run(opts)
-        if opts.emit_sbatch:
+        if opts.slurm.emit_sbatch:
             for line in app.emit_sbatch(plan, _given(("COMMANDLINE", "ENVIRONMENT"))):
                 click.echo(line)
             return 0
         _print_plan(plan)
-        if opts.dry_run:
-            for line in app.estimate_lines(plan, with_pilot=opts.pilot, notify=click.echo):
+        if opts.execution.dry_run:
+            for line in app.estimate_lines(
+                plan, with_pilot=opts.execution.pilot, notify=click.echo
+            ):
                 click.echo(line)
-            if opts.preview:
-                app.preview_only(plan, Path(opts.preview), notify=click.echo)
+            if opts.execution.preview:
+                app.preview_only(plan, Path(opts.execution.preview), notify=click.echo)
             return 0
         app.check_writable(plan.output_dir)
-        progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
+        progress = (
+            opts.execution.progress if opts.execution.progress is not None else sys.stderr.isatty()
+        )
         try:
             out = app.run(plan, progress=progress, deadline=deadline, command=_given_args(),
-                          preview=Path(opts.preview) if opts.preview else None,
+                          preview=Path(opts.execution.preview) if opts.execution.preview else None,
                           notify=click.echo)  # fmt: skip
         except WriteError as err:
             click.echo(f"Error: {err}; {app.resume_hint(plan)}", err=True)
@@ -131,7 +135,9 @@ def _show_config(kw: dict[str, Any]) -> int:
     if not path:
         raise _fail("--show-config: give a config (--show-config CONFIG or --config CONFIG)")
     try:
-        cfg = load_with_flags(dataclasses.replace(_options(kw), config=path))
+        opts = _options(kw)
+        run = dataclasses.replace(opts.overrides, config=path)
+        cfg = load_with_flags(dataclasses.replace(opts, overrides=run))
     except (ConfigError, app.PlanError) as err:
         raise _fail(str(err)) from None
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
@@ -151,14 +157,14 @@ def _print_plan(plan: app.Plan) -> None:
     batches = make_batches(todo, bs)
     done = [r for r in mine if plan.status[r.run_id] == "done"]
     tid, tcount = plan.task
-    echo = click.echo if opts.dry_run else logger.info
+    echo = click.echo if opts.execution.dry_run else logger.info
     echo(
         f"config: {plan.config_name} (hash {plan.spec.config_hash}), method: {cfg.inference.method}"
     )
     echo(
         f"plan: {len(plan.realizations)} realizations; array task {tid} of {tcount} takes "
         f"{len(mine)}; already complete: {len(done)}"
-        f"{' (overwrite)' if opts.overwrite and done else ''}; "
+        f"{' (overwrite)' if opts.execution.overwrite and done else ''}; "
         + (
             f"to run: {len(todo)}, batch size auto (the most lanes that fit the memory budget, "
             f"chosen before the first batch)"
@@ -171,7 +177,7 @@ def _print_plan(plan: app.Plan) -> None:
     echo(f"precision: {plan.spec.precision}; noise sigma {model.noise_sigma:.6g} per pixel; "
          f"matched-filter S/N of the reference galaxy (prior means, unsheared): "
          f"{reference_signal(model) / model.noise_sigma:.4g}")  # fmt: skip
-    if opts.dry_run:
+    if opts.execution.dry_run:
         for i, b in enumerate(batches):
             pad = bs - len(b)
             ids = " ".join(r.run_id for r in b)

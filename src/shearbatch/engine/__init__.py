@@ -1,8 +1,11 @@
 """The batch engine: a campaign's realizations -> batches -> generate -> the compiled
 inference program -> records -> the writer.
 
-- :mod:`~shearbatch.engine.loop`: :func:`run_campaign`, the batch loop (the entry point
-  ``shearbatch.app`` runs), the lane plan and the programs it compiles;
+- :mod:`~shearbatch.engine.loop`: :func:`run` (``run(spec, realizations, execution) ->
+  CampaignReport``), the entry point ``shearbatch.app`` calls with one :class:`Execution`
+  record, the batch loop in named steps (each batch a typed :class:`Job`), the lane plan
+  and the programs it compiles; :func:`run_campaign` is :func:`run` with the execution's
+  fields as keywords;
 - :mod:`~shearbatch.engine.records`: one realization's record, assembled on the host;
 - :mod:`~shearbatch.engine.exported`: the traced programs stored as ``jax.export``
   modules, which a later process loads instead of tracing;
@@ -14,6 +17,8 @@ from .loop import (
     AUTO_MAX_LANES,
     BatchTooLarge,
     CampaignReport,
+    Execution,
+    Job,
     Lanes,
     Program,
     batch_inputs,
@@ -24,6 +29,7 @@ from .loop import (
     inference_program,
     lane_chunk_for,
     plan_lanes,
+    run,
     run_campaign,
 )
 
@@ -31,6 +37,8 @@ __all__ = [
     "AUTO_MAX_LANES",
     "BatchTooLarge",
     "CampaignReport",
+    "Execution",
+    "Job",
     "Lanes",
     "Program",
     "batch_inputs",
@@ -41,5 +49,6 @@ __all__ = [
     "inference_program",
     "lane_chunk_for",
     "plan_lanes",
+    "run",
     "run_campaign",
 ]

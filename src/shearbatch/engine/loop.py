@@ -11,11 +11,12 @@ written normally.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -61,6 +62,8 @@ __all__ = [
     "AUTO_MAX_LANES",
     "BatchTooLarge",
     "CampaignReport",
+    "Execution",
+    "Job",
     "Lanes",
     "Program",
     "batch_inputs",
@@ -70,6 +73,7 @@ __all__ = [
     "inference_program",
     "lane_chunk_for",
     "plan_lanes",
+    "run",
     "run_campaign",
 ]
 
@@ -413,249 +417,383 @@ def _too_large(flag: str, mem: ProgramMemory, bud: Budget, multiple: int = 1) ->
     )
 
 
-def run_campaign(
-    spec: RunSpec,
-    realizations: Sequence[Realization],
-    *,
-    output_dir: str | Path,
-    batch_size: int,
-    progress: bool = False,
-    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
-    overlap: bool = True,
-    writers: int | None = None,
-    writer_kind: str | None = None,
-    stop: threading.Event | None = None,
-    deadline: float | None = None,
-    provenance: dict[str, Any] | None = None,
-    lane_chunk: int | str | None = "auto",
-    memory_budget: int | str | None = None,
-    draws: str = "all",
-) -> CampaignReport:
-    """Infer every realization and write its directory under ``output_dir``.
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How the engine runs a campaign's realizations: the one record the application layer
+    hands it (:func:`run`; built from a plan by
+    :func:`shearbatch.app.runner.execution_of`).
 
-    ``batch_size`` is the lane count of the compiled program; a short batch is
-    padded to it. ``simulate_fn`` replaces the generator (e.g. to inject a broken
-    realization).
-
-    Batch k+1 is simulated and dispatched to the device before batch k's records are made,
-    so the host's work on batch k runs while the device computes batch k+1 (a batch in lane
-    chunks runs when it lands). With ``overlap`` (default) batch k's realizations are then
-    written by a :class:`~shearbatch.io.WriterPool` (``writers`` workers of
-    ``writer_kind``; by default :func:`default_writers` of this machine's cores); at most
-    two batches wait to be written. Without it each realization is written in turn, before
-    batch k+2 is dispatched.
-    A set ``stop`` event (SIGTERM, Ctrl-C) or a ``deadline`` (``time.time()``
-    seconds) that the next batch would overrun, estimated from the batches so far,
-    stops the loop before its next batch; the writes already queued finish. With
-    ``stop``, the log says when the last batch is next (``next: batch k/k, the last``),
-    before the check that would stop it: a signal logged after that line came after the
-    last check and stops no batch (tests/guarantees/test_interrupts.py). A write
-    that fails raises :class:`~shearbatch.io.WriteError` (one line) once the writes
-    in flight have ended; every realization is then complete or absent.
-    ``provenance`` (config, plan, versions, code version, device: see
-    :func:`shearbatch.io.manifest.realization_provenance`) is recorded in every
-    ``convergence.json``, next to its seed, batch size and config hash (the code version,
-    :func:`~shearbatch._version.code_version`, also without it).
-    ``lane_chunk``: lanes evaluated together inside the compiled program
+    ``batch_size`` is the lane count of the compiled program (a short batch is padded to
+    it), or ``"auto"``: :func:`plan_lanes` picks it from ``memory_budget`` (bytes or
+    ``"2GiB"``; default: the device's free memory), which also decides whether a batch
+    that does not fit runs in lane chunks (:class:`BatchTooLarge` when not even one lane
+    fits). ``lane_chunk``: lanes evaluated together inside the compiled program
     (:func:`lane_chunk_for`); it changes speed, not results beyond the last bit.
-    ``batch_size`` ``"auto"`` and a batch that does not fit ``memory_budget`` (bytes or
-    ``"2GiB"``; default: the device's free memory): :func:`plan_lanes`, before the first
-    batch (:class:`BatchTooLarge` when not even one lane fits).
-    ``draws``: what posterior.nc keeps (``campaign.draws``: :func:`estimator_draws`).
-    """
-    simulate_fn, t_start, todo = simulate_fn or generate, time.perf_counter(), list(realizations)
-    keep = draws  # (``draws`` below: a batch's)
-    mesh = lane_mesh()
-    n_dev = 1 if mesh is None else mesh.devices.size
-    if batch_size != "auto" and (lanes := lanes_for(int(batch_size), mesh)) != batch_size:
-        logger.info("batch size %d rounded up to %d lanes, a multiple of the %d devices",
-                    batch_size, lanes, n_dev)  # fmt: skip
-        batch_size = lanes
-    if mesh is not None:
-        logger.info("lanes split over %d devices: %s", n_dev,
-                    ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
-    chunk = lane_chunk_for(lane_chunk, spec)
-    method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
-    host = None  # host estimators beside the method (inference.estimators)
-    if spec.estimators:
-        from ..estimators.host import HostEstimators, with_estimates
+    ``overlap`` (default): batch k's realizations are written by a
+    :class:`~shearbatch.io.WriterPool` (``writers`` workers of ``writer_kind``; by default
+    :func:`default_writers` of this machine's cores) while batch k+1 runs; without it each
+    is written in turn. ``provenance`` (config, plan, versions, code version, device:
+    :func:`shearbatch.io.manifest.realization_provenance`) is recorded in every
+    ``convergence.json``. ``draws``: what posterior.nc keeps (``campaign.draws``:
+    :func:`~shearbatch.engine.records.estimator_draws`). ``stop`` (an event: SIGTERM,
+    Ctrl-C) or ``deadline`` (``time.time()`` seconds) that the next batch would overrun
+    stops the loop before its next batch."""
 
-        host = HostEstimators(spec)
-    auto_kind, auto_n = default_writers()
-    writer_kind, writers = writer_kind or auto_kind, writers or auto_n
-    # writer processes start now, so that their interpreters start while the program compiles
-    sink: Sink = WriterPool(writers, 2 * int(batch_size) if batch_size != "auto" else 2, writer_kind,
-                      start=True) if overlap else SerialWriter()  # fmt: skip
-    # the deadline is checked for the first batch before its program is compiled (as when
-    # the compile happened in its first call); the compile counts in the first batch's time
-    first_ok, t_plan = deadline is None or time.time() < deadline, time.perf_counter()
-    try:
-        lanes = plan_lanes(spec, program, batch_size, len(todo), budget=memory_budget,
-                           multiple=n_dev * (chunk or 1))  # fmt: skip
-    except BaseException:
-        sink.close(abandon=True)
-        raise
-    t_plan = time.perf_counter() - t_plan
-    logger.info("%s", lanes.why)
-    batch_size = lanes.batch
-    batches = make_batches(todo, batch_size)
-    per_device = lanes.width // n_dev
-    if method.fit_batch is not None:  # the lanes of a refilled fit are the method's own
-        width = None
-        logger.info("%s: optimiser lanes refilled from the batch (%d lanes per device)",
-                    spec.method, refill_lanes(per_device, chunk))  # fmt: skip
-    elif (width := chunk_width(per_device, chunk)) is not None:
-        logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
-                    width, per_device // width)  # fmt: skip
-    check = chi2_program(spec.model)  # the residual at each estimate (core/checks.py)
-    # the provenance every record repeats, encoded once (io.writer.RawJSON), and the
-    # directories as plain strings (str(out_dir(...)), without a Path per realization)
-    given = dict(provenance or {})
-    given["code"] = given.get("code") or code_version()  # every record names what wrote it
-    prov = {k: raw_json(v) for k, v in given.items()}
-    root = str(Path(output_dir))
-    dtype = str(jnp.result_type(float))
-    status: dict[str, str] = {}
-    times, pulls, stopped = [], {}, None
-    bar = _progress_bar(progress, len(todo), spec.method)
-    logger.info("campaign: %d realizations, %d batch(es) of %d lanes, method %s, %s, %s",
-                len(todo), len(batches), batch_size, spec.method, dtype,
-                f"{writers} background {writer_kind} writer(s)" if overlap else "serial writes")  # fmt: skip
-    if n_orphans := sum(clean_orphans(out_dir(output_dir, r)) for r in todo):
-        logger.info("removed %d temporary file(s) left by a killed run", n_orphans)
-    if isinstance(sink, WriterPool):
-        # at most two batches wait to be written; a process writer takes a few per job
-        sink.bound(2 * batch_size, group=max(1, min(16, batch_size // (4 * writers))))
+    output_dir: str | Path
+    batch_size: int | str
+    lane_chunk: int | str | None = "auto"
+    memory_budget: int | str | None = None
+    overlap: bool = True
+    writers: int | None = None
+    writer_kind: str | None = None
+    provenance: Mapping[str, Any] | None = None
+    draws: str = "all"
+    progress: bool = False
+    stop: threading.Event | None = None
+    deadline: float | None = None
+    lanes: Lanes | None = None
+    """The lane decision when it was made before (:func:`plan_lanes` for the same program,
+    lanes, budget and chunk: ``bias-run``'s shared compile step), else None: made here."""
 
-    def launch(ib: int, batch: Sequence[Realization]) -> dict[str, Any]:
+
+@dataclasses.dataclass
+class Job:
+    """One batch on its way through the loop: launched (:meth:`_Run.launch`), landed on
+    the host (:meth:`_Run.land`), then finished (:meth:`_Run.finish`: records and writes)."""
+
+    ib: int
+    """Its index among the campaign's batches."""
+    batch: Sequence[Realization]
+    """Its realizations (not padded)."""
+    sim: SimBatch
+    flight: InFlight
+    t0: float
+    """When its simulation started (``perf_counter``)."""
+    t_sim: float
+    """Its simulation's dispatch, seconds."""
+    host: Any
+    """The host estimators' measurement of it, pending (None without them)."""
+    obs: np.ndarray | None = None
+    """Its stamps on the host (set when it lands, as the next four)."""
+    draws: Any = None
+    chi2: np.ndarray | None = None
+    t_infer: float = 0.0
+    """Dispatch to the device's end, seconds."""
+    t_wait: float = 0.0
+    """The host idle for the device, seconds."""
+    wall: float = 0.0
+    """Dispatch to landing (the lane plan's time added to the first batch), seconds."""
+
+
+class _Run:
+    """One :func:`run` of the engine, in named steps: :meth:`__init__` (the devices, the
+    program, the writers and the lanes), :meth:`loop` (:meth:`launch` batch k+1, then
+    :meth:`finish` batch k while the device runs, then :meth:`land` batch k+1) and
+    :meth:`close` (the writes ended, the report)."""
+
+    def __init__(self, spec: RunSpec, todo: list[Realization], ex: Execution,
+                 simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None,
+                 ) -> None:  # fmt: skip
+        self.spec, self.todo, self.ex = spec, todo, ex
+        self.simulate_fn, self.t_start = simulate_fn or generate, time.perf_counter()
+        self._devices()
+        self.method, self.program = build_program(spec, mesh=self.mesh, chunk=self.chunk)[:2]
+        self.host = None  # host estimators beside the method (inference.estimators)
+        if spec.estimators:
+            from ..estimators.host import HostEstimators
+
+            self.host = HostEstimators(spec)
+        self._start_writers()
+        self._plan_lanes()
+        self._records()
+
+    # ------------------------------------------------------------------ set-up steps
+
+    def _devices(self) -> None:
+        """The device mesh, the lanes asked for (rounded up to a multiple of the devices)
+        and the lane chunk."""
+        spec, batch_size = self.spec, self.ex.batch_size
+        self.mesh = mesh = lane_mesh()
+        self.n_dev = n_dev = 1 if mesh is None else mesh.devices.size
+        if batch_size != "auto" and (lanes := lanes_for(int(batch_size), mesh)) != batch_size:
+            logger.info("batch size %d rounded up to %d lanes, a multiple of the %d devices",
+                        batch_size, lanes, n_dev)  # fmt: skip
+            batch_size = lanes
+        self.batch_size = batch_size
+        if mesh is not None:
+            logger.info("lanes split over %d devices: %s", n_dev,
+                        ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
+        self.chunk = lane_chunk_for(self.ex.lane_chunk, spec)
+
+    def _start_writers(self) -> None:
+        """The sink: writer processes start now, so that their interpreters start while the
+        program compiles."""
+        auto_kind, auto_n = default_writers()
+        self.writer_kind = self.ex.writer_kind or auto_kind
+        self.writers = self.ex.writers or auto_n
+        batch_size = self.batch_size
+        self.sink: Sink = WriterPool(self.writers, 2 * int(batch_size) if batch_size != "auto" else 2,
+                                     self.writer_kind, start=True) if self.ex.overlap else SerialWriter()  # fmt: skip
+
+    def _plan_lanes(self) -> None:
+        """The lane decision (:func:`plan_lanes`), the batches and how lanes run inside the
+        program. The deadline is checked for the first batch before its program is compiled
+        (as when the compile happened in its first call); the compile counts in the first
+        batch's time."""
+        spec, ex = self.spec, self.ex
+        self.first_ok = ex.deadline is None or time.time() < ex.deadline
+        t_plan = time.perf_counter()
+        given = ex.lanes
+        if given is not None and (self.mesh is not None or given.batch != self.batch_size):
+            logger.info("the lane plan given (%d lanes) is not this run's: decided again",
+                        given.batch)  # fmt: skip
+            given = None
+        try:
+            self.lanes = lanes = given or plan_lanes(
+                spec, self.program, self.batch_size, len(self.todo), budget=ex.memory_budget,
+                multiple=self.n_dev * (self.chunk or 1))  # fmt: skip
+        except BaseException:
+            self.sink.close(abandon=True)
+            raise
+        self.t_plan = time.perf_counter() - t_plan
+        logger.info("%s", lanes.why)
+        self.batch_size = lanes.batch
+        self.batches = make_batches(self.todo, self.batch_size)
+        self.per_device = lanes.width // self.n_dev
+        self.width: int | None
+        if self.method.fit_batch is not None:  # the lanes of a refilled fit are the method's own
+            self.width = None
+            logger.info("%s: optimiser lanes refilled from the batch (%d lanes per device)",
+                        spec.method, refill_lanes(self.per_device, self.chunk))  # fmt: skip
+        elif (width := chunk_width(self.per_device, self.chunk)) is not None:
+            self.width = width
+            logger.info("lanes evaluated %d at a time inside the program (%d chunks per device)",
+                        width, self.per_device // width)  # fmt: skip
+        else:
+            self.width = None
+        self.check = chi2_program(spec.model)  # the residual at each estimate (core/checks.py)
+
+    def _records(self) -> None:
+        """What every record repeats, the campaign's log line, the orphans of a killed run
+        removed and the writers' bound."""
+        spec, ex, todo = self.spec, self.ex, self.todo
+        # the provenance every record repeats, encoded once (io.writer.RawJSON), and the
+        # directories as plain strings (str(out_dir(...)), without a Path per realization)
+        given = dict(ex.provenance or {})
+        given["code"] = given.get("code") or code_version()  # every record names what wrote it
+        self.prov = {k: raw_json(v) for k, v in given.items()}
+        self.root = str(Path(ex.output_dir))
+        self.dtype = str(jnp.result_type(float))
+        self.status: dict[str, str] = {}
+        self.times: list[float] = []
+        self.hosts: list[float] = []  # each finished batch's host work (s)
+        self.pulls: dict[str, list[float]] = {}
+        self.bar = _progress_bar(ex.progress, len(todo), spec.method)
+        logger.info("campaign: %d realizations, %d batch(es) of %d lanes, method %s, %s, %s",
+                    len(todo), len(self.batches), self.batch_size, spec.method, self.dtype,
+                    f"{self.writers} background {self.writer_kind} writer(s)" if ex.overlap
+                    else "serial writes")  # fmt: skip
+        if n_orphans := sum(clean_orphans(out_dir(ex.output_dir, r)) for r in todo):
+            logger.info("removed %d temporary file(s) left by a killed run", n_orphans)
+        if isinstance(self.sink, WriterPool):
+            # at most two batches wait to be written; a process writer takes a few per job
+            b = self.batch_size
+            self.sink.bound(2 * b, group=max(1, min(16, b // (4 * self.writers))))
+
+    # ------------------------------------------------------------------ the batch steps
+
+    def launch(self, ib: int, batch: Sequence[Realization]) -> Job:
         """Simulate batch ``ib`` and dispatch its inference (not waited for)."""
+        spec, mesh = self.spec, self.mesh
         t0 = time.perf_counter()
-        sim, keys = batch_inputs(spec, pad_to(batch, batch_size), simulate_fn)
+        sim, keys = batch_inputs(spec, pad_to(batch, self.batch_size), self.simulate_fn)
         _to_host_async(sim.images)  # not waited for: the host needs the stamps at landing
         t1 = time.perf_counter()
         if mesh is not None and ib == 0:
-            out = program(keys, sim.images)
+            out = self.program(keys, sim.images)
             shards = jax.tree.leaves(out)[0].addressable_shards
             logger.info("batch 1 lanes per device: %s", ", ".join(
                 f"{s.device.platform}:{s.device.id} {s.data.shape[0]}" for s in shards))  # fmt: skip
             flight = InFlight(t1, (out, None), None, None)
         else:  # over several devices the draws come back sharded: checked on the host
-            flight = lanes.launch(program, keys, sim.images, check if mesh is None else None,
-                                  waiter)  # fmt: skip
+            flight = self.lanes.launch(self.program, keys, sim.images,
+                                       self.check if mesh is None else None, self.waiter)  # fmt: skip
         # the host estimators' cells of the same realizations, measured while the device runs
-        measuring = host.submit(pad_to(batch, batch_size), len(batch)) if host else None
-        return {"ib": ib, "batch": batch, "sim": sim, "flight": flight,
-                "t0": t0, "t_sim": t1 - t0, "host": measuring}  # fmt: skip
+        host = self.host
+        measuring = host.submit(pad_to(batch, self.batch_size), len(batch)) if host else None
+        return Job(ib, batch, sim, flight, t0, t1 - t0, measuring)
 
-    def land(job: dict[str, Any]) -> dict[str, Any]:
+    def land(self, job: Job) -> Job:
         """Wait for the device, bring the batch's draws to the host."""
         t = time.perf_counter()
-        draws, chi2, t_infer = job["flight"].land()
-        job["obs"] = np.asarray(job["sim"].images)
+        draws, chi2, t_infer = job.flight.land()
+        job.obs = np.asarray(job.sim.images)
         if chi2 is None:
-            chi2 = np.asarray(check(draws.samples, job["sim"].images))
-        job.update(draws=draws, chi2=chi2, t_infer=t_infer, t_wait=time.perf_counter() - t)
+            chi2 = np.asarray(self.check(draws.samples, job.sim.images))
+        job.draws, job.chi2, job.t_infer = draws, chi2, t_infer
+        job.t_wait = time.perf_counter() - t
         return job
 
-    def finish(job: dict[str, Any]) -> None:
+    def finish(self, job: Job) -> None:
         """Batch ``job``'s records, statistics and writes (queued to the sink), on the host
         while the device runs the next batch."""
+        spec, method, sink = self.spec, self.method, self.sink
         t_host = time.perf_counter()
-        ib, batch, draws, chi2, obs = (job[k] for k in ("ib", "batch", "draws", "chi2", "obs"))
-        t_infer = job["t_infer"]
-        report = {"index": ib, "size": batch_size, "n_real": len(batch)}
+        ib, batch, draws, chi2, obs = job.ib, job.batch, job.draws, job.chi2, job.obs
+        t_infer = job.t_infer
+        report = {"index": ib, "size": self.batch_size, "n_real": len(batch)}
         if method.batch_report:  # lanes in lockstep: a chunk, or a device's lanes
-            report.update(method.batch_report(draws, lockstep=width or per_device))
+            report.update(method.batch_report(draws, lockstep=self.width or self.per_device))
         if (eff := report.get("lockstep_efficiency")) is not None:
             logger.info("batch %d: lockstep efficiency %s", ib + 1, eff)
         if hint := report.pop("hint", None):
             logger.info("batch %d: %s", ib + 1, hint)
-        hsim = host_batch(job["sim"], obs)  # the per-realization records index host arrays
+        hsim = host_batch(job.sim, obs)  # the per-realization records index host arrays
         runtime_s = t_infer / len(batch)
+        prov = self.prov
 
         def extra(b: int) -> dict[str, Any]:  # what the engine adds to each record
             return {"batch": {**report, "lane": b}, "runtime_s": runtime_s, "provenance": prov}
 
-        estimates = iter(host.collect(job["host"])) if host else None
-        for r, rec in batch_records(spec, method, batch, draws, obs, hsim, dtype, chi2, extra):
+        host = self.host
+        estimates = iter(host.collect(job.host)) if host else None
+        if estimates is not None:
+            from ..estimators.host import with_estimates
+        for r, rec in batch_records(spec, method, batch, draws, obs, hsim, self.dtype, chi2,
+                                    extra):  # fmt: skip
             if estimates is not None:
                 rec = with_estimates(rec, next(estimates))
-            if keep == "estimator":
+            if self.ex.draws == "estimator":
                 rec = estimator_draws(rec, spec.population is not None)
-            conv, d = rec.convergence, os.path.join(root, r.run_id)
+            conv, d = rec.convergence, os.path.join(self.root, r.run_id)
             sink.submit(d, rec)
             for site, v in conv.prior.items():
-                pulls.setdefault(site, []).append(v["shrinkage"])
-            status[d] = conv.status
+                self.pulls.setdefault(site, []).append(v["shrinkage"])
+            self.status[d] = conv.status
             if conv.status != "ok":
                 logger.warning("%s failed: %s", r.run_id, conv.reason)
         sink.flush()
-        if bar is not None:
-            bar.update(len(batch))
+        if self.bar is not None:
+            self.bar.update(len(batch))
         # wall: this batch's dispatch to its landing (the previous batch's host work ran
         # meanwhile); simulation: its dispatch (a jitted generator runs on the device, in
         # inference); inference: dispatch to the device's end; host: this batch's records and
         # queued writes (done while the next batch ran); wait: the host idle for the device
         logger.info("batch %d/%d: %d realization(s) in %.2f s (simulation %.2f s, inference "
-                    "%.2f s, host %.2f s, wait %.2f s)", ib + 1, len(batches), len(batch),
-                    job["wall"], job["t_sim"], t_infer, time.perf_counter() - t_host,
-                    job["t_wait"])  # fmt: skip
-        hosts.append(time.perf_counter() - t_host)
+                    "%.2f s, host %.2f s, wait %.2f s)", ib + 1, len(self.batches), len(batch),
+                    job.wall, job.t_sim, t_infer, time.perf_counter() - t_host,
+                    job.t_wait)  # fmt: skip
+        self.hosts.append(time.perf_counter() - t_host)
 
-    # batch k+1 is dispatched before batch k's host work, which then runs while the device
-    # computes: the device waits only for a batch's simulation and its copy to the host
-    waiter = ThreadPoolExecutor(1, thread_name_prefix="shearbatch-device")
-    landed: dict[str, Any] | None = None
-    hosts: list[float] = []  # each finished batch's host work (s)
-    try:
-        for ib, batch in enumerate(batches):
-            if stop is not None and ib == len(batches) - 1:  # before the check, not after
-                logger.info("next: batch %d/%d, the last", ib + 1, len(batches))
-            if stop is not None and stop.is_set():
-                stopped = "signal"
-                break
-            # a batch's cost: its dispatch to landing, and its host work after that
-            cost = [t + h for t, h in zip(times, hosts, strict=False)] or times
-            if deadline is not None and not (_fits(cost, deadline) if times else first_ok):
-                stopped = "time limit"
-                break
-            sink.check()
-            job = launch(ib, batch)
+    def _stop_before(self, ib: int) -> str | None:
+        """Why batch ``ib`` is not to start (``"signal"``, ``"time limit"``), or None."""
+        stop, deadline, times = self.ex.stop, self.ex.deadline, self.times
+        if stop is not None and ib == len(self.batches) - 1:  # before the check, not after
+            logger.info("next: batch %d/%d, the last", ib + 1, len(self.batches))
+        if stop is not None and stop.is_set():
+            return "signal"
+        # a batch's cost: its dispatch to landing, and its host work after that
+        cost = [t + h for t, h in zip(times, self.hosts, strict=False)] or times
+        if deadline is not None and not (_fits(cost, deadline) if times else self.first_ok):
+            return "time limit"
+        return None
+
+    def loop(self) -> str | None:
+        """Every batch: batch k+1 is dispatched before batch k's host work, which then runs
+        while the device computes: the device waits only for a batch's simulation and its
+        copy to the host. Returns why it stopped early (None: it did not)."""
+        self.waiter = ThreadPoolExecutor(1, thread_name_prefix="shearbatch-device")
+        landed: Job | None = None
+        stopped = None
+        try:
+            for ib, batch in enumerate(self.batches):
+                if (stopped := self._stop_before(ib)) is not None:
+                    break
+                self.sink.check()
+                job = self.launch(ib, batch)
+                if landed is not None:
+                    self.finish(landed)
+                job = self.land(job)
+                job.wall = time.perf_counter() - job.t0 + (self.t_plan if not self.times else 0.0)
+                self.times.append(job.wall)
+                landed = job
             if landed is not None:
-                finish(landed)
-            job = land(job)
-            job["wall"] = time.perf_counter() - job["t0"] + (t_plan if not times else 0.0)
-            times.append(job["wall"])
-            landed = job
-        if landed is not None:
-            finish(landed)
-            landed = None
-    except BaseException:
-        sink.close(abandon=True)
-        if host is not None:
-            host.close(abandon=True)
-        raise
-    finally:
-        waiter.shutdown(wait=False)
-        if bar is not None:
-            bar.close()
-    sink.close()
-    if host is not None:
-        host.close()
-    sink.check()
-    written = set(sink.written)
-    n_ok = sum(1 for d in written if status.get(d) == "ok")
-    failed = sorted(Path(d).name for d in written if status.get(d) != "ok")
-    wall = time.perf_counter() - t_start
-    if (pull := campaign_pull(pulls)) is not None and pull > PRIOR_PULL_MAX:
-        logger.warning("prior-dominated: the shear prior pulls each estimate towards its mean by "
-                       "a median %.2g of the shear (m shifted by about -%.2g); use the default "
-                       "flat prior (gal.shear.type: UniformDisk) for calibration campaigns",
-                       pull, pull)  # fmt: skip
-    if stopped:
-        logger.warning("stopped before batch %d of %d (%s)", len(times) + 1, len(batches), stopped)
-    logger.info("campaign done: %d ok, %d failed in %.1f s", n_ok, len(failed), wall)
-    return CampaignReport(n_ok, len(failed), failed, wall, times, stopped, len(written))
+                self.finish(landed)
+                landed = None
+        except BaseException:
+            self.sink.close(abandon=True)
+            if self.host is not None:
+                self.host.close(abandon=True)
+            raise
+        finally:
+            self.waiter.shutdown(wait=False)
+            if self.bar is not None:
+                self.bar.close()
+        return stopped
+
+    def close(self, stopped: str | None) -> CampaignReport:
+        """The writes ended and checked, the prior's pull judged, the report."""
+        sink = self.sink
+        sink.close()
+        if self.host is not None:
+            self.host.close()
+        sink.check()
+        written = set(sink.written)
+        n_ok = sum(1 for d in written if self.status.get(d) == "ok")
+        failed = sorted(Path(d).name for d in written if self.status.get(d) != "ok")
+        wall = time.perf_counter() - self.t_start
+        if (pull := campaign_pull(self.pulls)) is not None and pull > PRIOR_PULL_MAX:
+            logger.warning("prior-dominated: the shear prior pulls each estimate towards its mean by "
+                           "a median %.2g of the shear (m shifted by about -%.2g); use the default "
+                           "flat prior (gal.shear.type: UniformDisk) for calibration campaigns",
+                           pull, pull)  # fmt: skip
+        if stopped:
+            logger.warning("stopped before batch %d of %d (%s)", len(self.times) + 1,
+                           len(self.batches), stopped)  # fmt: skip
+        logger.info("campaign done: %d ok, %d failed in %.1f s", n_ok, len(failed), wall)
+        return CampaignReport(n_ok, len(failed), failed, wall, self.times, stopped, len(written))
+
+
+def run(
+    spec: RunSpec,
+    realizations: Sequence[Realization],
+    execution: Execution,
+    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
+) -> CampaignReport:
+    """The engine's entry point: infer every realization and write its directory under
+    ``execution.output_dir`` (:class:`Execution` says how). ``simulate_fn`` replaces the
+    generator (e.g. to inject a broken realization).
+
+    Every batch has the campaign's lane count (:func:`plan_lanes`, decided once before the
+    first batch). Batch k+1 is simulated and dispatched to the device before batch k's
+    records are made, so the host's work on batch k runs while the device computes batch
+    k+1 (a batch in lane chunks runs when it lands); at most two batches wait to be
+    written. A set ``stop`` event or a ``deadline`` that the next batch would overrun,
+    estimated from the batches so far, stops the loop before its next batch; the writes
+    already queued finish. With ``stop``, the log says when the last batch is next
+    (``next: batch k/k, the last``), before the check that would stop it: a signal logged
+    after that line came after the last check and stops no batch
+    (tests/guarantees/test_interrupts.py). A write that fails raises
+    :class:`~shearbatch.io.WriteError` (one line) once the writes in flight have ended;
+    every realization is then complete or absent. Every ``convergence.json`` records the
+    provenance next to its seed, batch size and config hash (the code version,
+    :func:`~shearbatch._version.code_version`, also without it)."""
+    eng = _Run(spec, list(realizations), execution, simulate_fn)
+    return eng.close(eng.loop())
+
+
+def run_campaign(
+    spec: RunSpec,
+    realizations: Sequence[Realization],
+    *,
+    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
+    **execution: Any,
+) -> CampaignReport:
+    """:func:`run` with the fields of its :class:`Execution` as keyword arguments
+    (``output_dir``, ``batch_size``, ``progress``, ``overlap``, ``writers``,
+    ``writer_kind``, ``stop``, ``deadline``, ``provenance``, ``lane_chunk``,
+    ``memory_budget``, ``draws``): the tests' and benchmarks' spelling."""
+    return run(spec, realizations, Execution(**execution), simulate_fn)
 
 
 def default_writers(cores: int | None = None) -> tuple[str, int]:
