@@ -597,14 +597,19 @@ def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
 
 def read_summary(source: str | Path | io.StringIO) -> Any:
     """A summary table (a path or a text buffer) as ``bias-stats`` reads it: a pandas
-    DataFrame, ``run_id``, ``pair_id`` and ``status`` as text, the columns of older
+    DataFrame, ``run_id``, ``pair_id``, ``status`` and the flag columns as text, the columns of older
     versions renamed (:func:`shearbatch.analysis.bias.current_columns`). ``ValueError`` or
     ``OSError`` when it cannot be read."""
     import pandas as pd
 
     from .bias import current_columns
 
-    df = pd.read_csv(source, dtype={"run_id": str, "pair_id": str, "status": str})
+    # the flag columns as text too: a failed realization's empty cell among True/False
+    # would otherwise give a column of mixed types in a large table, parsed in chunks
+    # (pandas' DtypeWarning); every reader compares their text ("true", "false")
+    text = ("run_id", "pair_id", "status", "passed_convergence", "truth_from_prior", "in_plan",
+            "code_dirty")  # fmt: skip
+    df = pd.read_csv(source, dtype=dict.fromkeys(text, str))
     return current_columns(df)
 
 
