@@ -19,7 +19,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "results" / "validation" / "anacal"
-CAMPAIGNS = ("level0", "level1", "level2_2d", "control", "sersic2")
+CAMPAIGNS = ("level0", "level1", "level2_2d", "level2_snr1000", "control", "sersic2")
 HEAD = ("| campaign | estimator | m1 | m2 | c1 | c2 | verdict | galaxies/s |\n"
         "|---|---|---|---|---|---|---|---|")  # fmt: skip
 

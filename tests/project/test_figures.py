@@ -1291,6 +1291,16 @@ def _anacal_rows() -> list[Fig]:
 
 
 FIGURES += _anacal_rows()
+_A2 = VAL + "anacal/level2_2d/first_1200/validation.json"
+_A1000 = VAL + "anacal/level2_snr1000/bias_results.json"
+FIGURES += [
+    Fig(VM, "AnaCal's m1 was {} ± {} and m2 {} ± {};", _A2,
+        tuple(j(f"estimators.results.anacal.{k}", f) for k, f in
+              (("m1", "+.2e"), ("m1_err", ".1e"), ("m2", "+.2e"), ("m2_err", ".1e")))),
+    Fig(VM, "same images gives m1 = {} ± {}, m2 = {} ± {}", _A1000,
+        tuple(j(k, f) for k, f in (("m1", "+.1e"), ("m1_err", ".1e"), ("m2", "+.1e"),
+                                   ("m2_err", ".1e")))),
+]  # fmt: skip
 
 
 def squash(text: str) -> str:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 45: AnaCal (FPFS) beside the forward model on the very same realizations (one
 # campaign each, `--estimators anacal`), at Levels 0, 1 (MAP) and 2 on the 2-D grid
-# +-(0.02, -0.02), +-(0.02, 0.02), and in the misspecified case of
+# +-(0.02, -0.02), +-(0.02, 0.02), Level 2 again at S/N 1000 (its noise 22x lower: what
+# each estimator does with almost no pixel noise), and in the misspecified case of
 # results/validation/misspecified_sersic/ (GalSim-drawn Sersic n = 2 data, exponential
 # model) with its control (GalSim-drawn exponential). Each campaign's
 # results/validation/anacal/<name>/validation.json, bias_results.json and printed.txt are
@@ -14,10 +15,11 @@ S=results/validation/misspecified_sersic
 GRID2=(--grid 0.02 --grid-g2 -0.02 0.02)  # paired configs: +-g1 from the pair
 run() { rm -rf "/tmp/anacal_$1"; $PY bench/validate_anacal.py --name "anacal/$1" --work "/tmp/anacal_$1" "${@:2}"; }
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(level2_2d level0 level1 control sersic2)
+[ ${#names[@]} -gt 0 ] || names=(level2_2d level2_snr1000 level0 level1 control sersic2)
 for n in "${names[@]}"; do
   case $n in
-    level2_2d) run level2_2d --config configs/level2.yaml "${GRID2[@]}" --n 1200 --batch-size 32 --requirement lsst-project ;;
+    level2_2d) run level2_2d --config configs/level2.yaml "${GRID2[@]}" --n 2400 --batch-size 32 --requirement lsst-project ;;
+    level2_snr1000) run level2_snr1000 --config configs/level2.yaml "${GRID2[@]}" --n 300 --batch-size 32 --requirement lsst-project --set image.noise.snr=1000 ;;
     level0) run level0 --config configs/level0.yaml --grid -0.02 0.02 --grid-g2 -0.02 0.02 --n 500 ;;
     level1) run level1 --config configs/level1.yaml --set inference.method=map "${GRID2[@]}" --n 40 ;;
     control) run control --config $S/control.yaml --grid 0.02 --n 300 --batch-size 30 ;;
