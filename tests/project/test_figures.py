@@ -1287,6 +1287,11 @@ def _anacal_rows() -> list[Fig]:
         for row in mod.rows(load(rec), name):
             out.append(Fig(VM, row.replace("{", "{{").replace("}", "}}"), rec, (),
                            cite="results/validation/anacal/"))  # fmt: skip
+    for name in mod.SCAN:  # Level 0's cell and shear scan (``--scan``)
+        rec = VAL + f"anacal/{name}/validation.json"
+        row = mod.scan_row(load(rec), name)
+        out.append(Fig(VM, row.replace("{", "{{").replace("}", "}}"), rec, (),
+                       cite="results/validation/anacal/"))  # fmt: skip
     return out
 
 
