@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import shearbatch
+from shearbatch.analysis.extract import FLAG_COLUMNS, read_summary
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.io import to_strict_json
 
@@ -52,8 +53,7 @@ def by_cli(campaign, module_tmp):
     res = invoke(bias_extract, ["--input-dir", campaign, "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "not in the plan" in res.output  # the warning
-    table = pd.read_csv(campaign / "summary.csv",
-                        dtype={"run_id": str, "pair_id": str, "status": str})  # fmt: skip
+    table = read_summary(campaign / "summary.csv")  # as bias-stats reads it back
     out = {}
     for name, extra in (("planned", []), ("all", ["--include-unplanned"])):
         stats_dir = module_tmp / name
@@ -71,6 +71,10 @@ def test_summary_agrees_row_for_row(campaign, by_cli):
     api = shearbatch.open_campaign(campaign).summary()
     assert api.index.name == "run_id" and "in_plan" in api.columns
     pd.testing.assert_frame_equal(api.reset_index(), table)
+    # the True / False columns are booleans (missing: <NA>), never text or mixed objects
+    for col in FLAG_COLUMNS:
+        assert str(api[col].dtype) == "boolean", (col, api[col].dtype)
+    assert api["in_plan"].tolist().count(False) == 1  # the stranger
     status = api["status"]
     assert status[CORRUPT] == "corrupt" and status[MISSING] == "incomplete"
     assert api.loc[MISSING, "reason"].startswith("not started")

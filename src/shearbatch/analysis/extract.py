@@ -585,7 +585,7 @@ def summary_text(rows: Sequence[Mapping[str, Any]]) -> str:
     df = pd.DataFrame(list(rows), columns=SUMMARY_COLUMNS)
     for col in ("seed", "pair_sign", "rotation", "n_rotations", "batch_size", "divergences"):
         df[col] = df[col].astype("Int64")
-    for col in ("passed_convergence", "truth_from_prior", "in_plan", "code_dirty"):
+    for col in FLAG_COLUMNS:
         df[col] = df[col].astype("boolean")
     return df.to_csv(index=False, float_format="%.10g")
 
@@ -595,21 +595,29 @@ def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     return atomic.write_text(path, summary_text(rows))
 
 
+#: summary.csv's True / False columns (:func:`summary_text` writes them as ``boolean``)
+FLAG_COLUMNS = ("passed_convergence", "truth_from_prior", "in_plan", "code_dirty")
+_FLAG_WORDS = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}
+
+
 def read_summary(source: str | Path | io.StringIO) -> Any:
     """A summary table (a path or a text buffer) as ``bias-stats`` reads it: a pandas
-    DataFrame, ``run_id``, ``pair_id``, ``status`` and the flag columns as text, the columns of older
-    versions renamed (:func:`shearbatch.analysis.bias.current_columns`). ``ValueError`` or
+    DataFrame, ``run_id``, ``pair_id`` and ``status`` as text, :data:`FLAG_COLUMNS` as
+    nullable booleans, the columns of older versions renamed (:func:`shearbatch.analysis.bias.current_columns`). ``ValueError`` or
     ``OSError`` when it cannot be read."""
     import pandas as pd
 
     from .bias import current_columns
 
-    # the flag columns as text too: a failed realization's empty cell among True/False
-    # would otherwise give a column of mixed types in a large table, parsed in chunks
-    # (pandas' DtypeWarning); every reader compares their text ("true", "false")
-    text = ("run_id", "pair_id", "status", "passed_convergence", "truth_from_prior", "in_plan",
-            "code_dirty")  # fmt: skip
-    df = pd.read_csv(source, dtype=dict.fromkeys(text, str))
+    # the flag columns read as text, then as nullable booleans: a failed realization's
+    # empty cell among True / False would otherwise give a column of mixed types in a
+    # large table parsed in chunks (pandas' DtypeWarning); "1" / "0" (older tables) too
+    df = pd.read_csv(
+        source, dtype=dict.fromkeys(("run_id", "pair_id", "status", *FLAG_COLUMNS), str)
+    )
+    for col in (c for c in FLAG_COLUMNS if c in df.columns):
+        word = df[col].str.strip().str.lower()
+        df[col] = word.map(_FLAG_WORDS).astype("boolean")
     return current_columns(df)
 
 
