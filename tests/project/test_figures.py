@@ -1296,6 +1296,12 @@ def _anacal_rows() -> list[Fig]:
 
 
 FIGURES += _anacal_rows()
+FIGURES.append(
+    Fig("docs/benchmarks.md", "quiet): before {}, shipped {} ({}x), with `campaign.draws: estimator` {} galaxies/s.",
+        BENCH + "level2_campaign_long.json",
+        (j("measured.median_galaxies_per_s.before", ".0f"), j("measured.median_galaxies_per_s.shipped", ".0f"),
+         j("measured.ratio", ".2f"), j("measured.median_galaxies_per_s.shipped_estimator_draws", ".0f")))
+)  # fmt: skip
 _A2 = VAL + "anacal/level2_2d/first_1200/validation.json"
 _A1000 = VAL + "anacal/level2_snr1000/bias_results.json"
 FIGURES += [
