@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -286,15 +285,26 @@ def has_pairs(pair_id: np.ndarray, pair_sign: np.ndarray) -> bool:
 
 
 def pair_table(pair_id: np.ndarray, pair_sign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices ``(plus, minus)`` of the complete pairs (ids with exactly one row of each sign)."""
-    plus: dict[Any, list[int]] = {}
-    minus: dict[Any, list[int]] = {}
-    for i, (pid, s) in enumerate(zip(pair_id, pair_sign, strict=True)):
-        if isinstance(pid, str) and pid and s in (1, -1):
-            (plus if s == 1 else minus).setdefault(pid, []).append(i)
-    ids = sorted(k for k in plus if len(plus[k]) == 1 and len(minus.get(k, [])) == 1)
-    return (np.array([plus[k][0] for k in ids], dtype=int),
-            np.array([minus[k][0] for k in ids], dtype=int))  # fmt: skip
+    """Row indices ``(plus, minus)`` of the complete pairs (ids with exactly one row of each
+    sign: a non-empty text id, ``pair_sign`` +1 or -1), in the order of their ids (vectorised:
+    no Python object per row, which a field-scale table would hold in memory)."""
+    import pandas as pd
+
+    ids = pd.Series(np.asarray(pair_id, dtype=object))
+    sign = np.asarray(pair_sign, dtype=float)
+    text = ids.map(lambda v: isinstance(v, str) and v != "").to_numpy(bool)
+    rows = np.flatnonzero(text & np.isin(sign, (1.0, -1.0)))
+    codes, names = pd.factorize(ids.to_numpy()[rows])
+    plus = sign[rows] == 1.0
+    n_plus = np.bincount(codes[plus], minlength=len(names))
+    n_minus = np.bincount(codes[~plus], minlength=len(names))
+    at_plus = np.zeros(len(names), dtype=int)
+    at_minus = np.zeros(len(names), dtype=int)
+    at_plus[codes[plus]] = rows[plus]  # exactly one row where the id is kept
+    at_minus[codes[~plus]] = rows[~plus]
+    good = np.flatnonzero((n_plus == 1) & (n_minus == 1))
+    good = good[np.argsort(np.asarray(names, dtype=object)[good], kind="stable")]
+    return at_plus[good].astype(int), at_minus[good].astype(int)
 
 
 def fit_paired(
@@ -339,10 +349,12 @@ def complete_rings(df: Any) -> tuple[np.ndarray, int]:
 
     A ring is a seed's copies at one grid point: ``(seed, pair_id without its _r<k>
     suffix)`` when paired (``pair_sign`` +-1), else ``(seed, g1_true, g2_true)``; it is
-    complete when
-    it holds every rotation ``0 .. n_rotations - 1`` (and both signs of each when
-    paired). Without a ``rotation`` column every row is kept.
+    complete when it holds every rotation ``0 .. n_rotations - 1`` (``n_rotations`` of
+    the ring's last row; and both signs of each when paired). Without a ``rotation``
+    column every row is kept. Vectorised (no Python object per row).
     """
+    import pandas as pd
+
     n = len(df)
     if "rotation" not in df.columns or "n_rotations" not in df.columns:
         return np.ones(n, dtype=bool), 0
@@ -353,21 +365,30 @@ def complete_rings(df: Any) -> tuple[np.ndarray, int]:
     sign = df["pair_sign"].to_numpy(float) if "pair_sign" in df.columns else np.zeros(n)
     sign = np.where(np.isfinite(sign), sign, 0.0)
     paired = np.isin(sign, (1.0, -1.0))
-    pid = df["pair_id"].fillna("").astype(str) if "pair_id" in df.columns else None
     truth = df[["g1_true", "g2_true"]].to_numpy(float).round(12)
-    seeds = df["seed"].astype(str).to_numpy()
-    keys = [(sd, re.sub(r"_r\d+$", "", pid.iat[i]) if pr and pid is not None else tuple(truth[i]))
-            for i, (sd, pr) in enumerate(zip(seeds, paired, strict=True))]  # fmt: skip
-    members: dict[Any, set] = {}
-    for key, r, sg in zip(keys, rot, sign, strict=True):
-        members.setdefault(key, set()).add((r, sg))
-    need = {}
-    for key, nr, pr in zip(keys, nrot, paired, strict=True):
-        rots = range(int(nr)) if np.isfinite(nr) and nr > 1 else [0]
-        need[key] = {(float(r), s) for r in rots for s in ((1.0, -1.0) if pr else (0.0,))}
-    done = {k for k, v in members.items() if {(float(r), s) for r, s in v} >= need[k]}
-    keep = np.array([k in done for k in keys], dtype=bool)
-    return keep, len(members) - len(done)
+    by_id = paired & ("pair_id" in df.columns)  # else the ring is keyed by its truth
+    ring = np.full(n, None, dtype=object)
+    if by_id.any():
+        pid = df["pair_id"].fillna("").astype(str).str.replace(r"_r\d+$", "", regex=True)
+        ring = np.where(by_id, pid.to_numpy(object), None)
+    keys = pd.DataFrame({"seed": df["seed"].astype(str).to_numpy(), "by_id": by_id,
+                         "ring": ring, "t1": np.where(by_id, 0.0, truth[:, 0]),
+                         "t2": np.where(by_id, 0.0, truth[:, 1])})  # fmt: skip
+    code = keys.groupby(list(keys.columns), sort=False, dropna=False).ngroup().to_numpy()
+    n_keys = int(code.max()) + 1 if n else 0
+    last = np.zeros(n_keys, dtype=int)
+    last[code] = np.arange(n)  # the ring's last row sets what it needs, as before
+    nr_last, pr_last = nrot[last], paired[last]
+    n_rot = np.where(np.isfinite(nr_last) & (nr_last > 1), np.trunc(np.nan_to_num(nr_last)), 1)
+    need = n_rot * np.where(pr_last, 2, 1)
+    r_need = n_rot[code]
+    in_need = (np.isfinite(rot) & (rot == np.trunc(np.nan_to_num(rot))) & (rot >= 0)
+               & (rot < r_need) & np.where(pr_last[code], paired, sign == 0.0))  # fmt: skip
+    have = pd.DataFrame({"k": code[in_need], "r": rot[in_need], "s": sign[in_need]})
+    have = have.drop_duplicates()
+    got = np.bincount(have["k"].to_numpy(), minlength=n_keys)
+    done = got >= need
+    return done[code], int(n_keys - done.sum())
 
 
 def n_independent(groups: np.ndarray | None, n: int) -> int:

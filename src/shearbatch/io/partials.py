@@ -220,13 +220,22 @@ class Partial:
             self.population = ds.getncattr("population") or None
             rows = _rows(ds)
             self.keys = np.asarray(ds["key"][:], np.int64)
-            # int32: a partial holds one array task's realizations, never 2**31 of them
-            self.realization_of = np.asarray(ds["realization_of"][:], np.int32)
             self.n_galaxies = int(ds.dimensions["galaxy"].size)
             self.n_draws = int(ds.dimensions["draw"].size)
         self.run_ids: list[str] = [str(r["run_id"]) for r in rows]
         self.n_realizations = len(rows)
         self._rows: list[dict[str, Any]] | None = rows if keep_rows else None
+
+    @property
+    def realization_of(self) -> np.ndarray:
+        """(G,) int32: each galaxy's realization (an index into :attr:`run_ids`), read from
+        the file on each access: not kept, since a campaign's partials open together would
+        otherwise hold 4 bytes per galaxy of the campaign (issue 43's memory bound)."""
+        import netCDF4
+
+        with netCDF4.Dataset(self.path, "r") as ds:
+            # int32: a partial holds one array task's realizations, never 2**31 of them
+            return np.asarray(ds["realization_of"][:], np.int32)
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -255,7 +264,8 @@ class Partial:
                 b = min(n, a + galaxies)
                 if select is not None and not select[a:b].any():
                     continue
-                yield a, self.realization_of[a:b], ds["eps"][a:b], ds["log_base"][a:b]
+                ro = np.asarray(ds["realization_of"][a:b], np.int32)
+                yield a, ro, ds["eps"][a:b], ds["log_base"][a:b]
 
 
 def _rows(ds: Any) -> list[dict[str, Any]]:
