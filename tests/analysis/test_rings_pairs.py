@@ -35,7 +35,7 @@ def rings_by_definition(df):
     truth = df[["g1_true", "g2_true"]].to_numpy(float).round(12)
     seeds = df["seed"].astype(str).to_numpy()
     keys = [(sd, re.sub(r"_r\d+$", "", pid.iat[i]) if pr and pid is not None
-             else tuple(truth[i])) for i, (sd, pr) in enumerate(zip(seeds, paired))]  # fmt: skip
+             else tuple(truth[i])) for i, (sd, pr) in enumerate(zip(seeds, paired, strict=True))]  # fmt: skip
     members, need = {}, {}
     for key, r, sg in zip(keys, rot, sign, strict=True):
         members.setdefault(key, set()).add((r, sg))
@@ -52,7 +52,7 @@ def random_table(rng, n_seeds, paired, with_pid=True):
         nr = int(rng.choice([2, 2, 2, 4]))
         for g in (0.02, -0.0, 0.0) if not paired else (0.02,):
             for r in range(nr):
-                for s in ((1.0, -1.0) if paired else (np.nan,)):
+                for s in (1.0, -1.0) if paired else (np.nan,):
                     if rng.random() < 0.08:  # a missing copy
                         continue
                     rows.append({"seed": sd, "rotation": float(r), "n_rotations": float(nr),

@@ -598,9 +598,22 @@ def write_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
 #: summary.csv's True / False columns (:func:`summary_text` writes them as ``boolean``)
 FLAG_COLUMNS = ("passed_convergence", "truth_from_prior", "in_plan", "code_dirty")
 #: summary.csv's text columns (:func:`read_summary`)
-TEXT_COLUMNS = ("run_id", "pair_id", "status", "method", "reason", "flags", "point_estimate",
-                "precision", "path", "config_hash", "code_commit", "code_fingerprint",
-                "shear_model", "estimate")
+TEXT_COLUMNS = (
+    "run_id",
+    "pair_id",
+    "status",
+    "method",
+    "reason",
+    "flags",
+    "point_estimate",
+    "precision",
+    "path",
+    "config_hash",
+    "code_commit",
+    "code_fingerprint",
+    "shear_model",
+    "estimate",
+)
 _ALWAYS_TEXT = ("run_id", "pair_id", "status")
 _FLAG_WORDS = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}
 
