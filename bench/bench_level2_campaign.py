@@ -9,7 +9,7 @@ dispatch to landing, its predecessor's host work and writes overlapping it). Pos
 galaxies/s = the galaxies of batches 2..n / the sum of their times (batch 1 includes the
 compile); also the whole command's wall time. ``before`` is the same command with the
 settings of before issue 42 (``--set``: 1,000 draws per galaxy, float64 draws and
-Gauss-Newton steps); ``shipped_estimator_draws`` the shipped config with
+Gauss-Newton steps, exact Newton to 1e-10); ``shipped_estimator_draws`` the shipped config with
 ``campaign.draws: estimator`` (posterior.nc keeps only the draws the shear estimate is
 made from, in float32). The variants run in turn ``--repeats`` times (alternated: a
 shared machine), medians reported.
@@ -33,7 +33,8 @@ import numpy as np
 import _harness as h
 
 BEFORE = ["inference.map_config.num_samples=1000", "inference.map_config.draw_precision=null",
-          "inference.map_config.gauss_newton_precision=null"]  # fmt: skip
+          "inference.map_config.gauss_newton_precision=null",
+          "inference.map_config.tol=null"]  # fmt: skip
 VARIANTS = {"before": BEFORE, "shipped": [],
             "shipped_estimator_draws": ["campaign.draws=estimator"]}  # fmt: skip
 LINE = re.compile(r"batch (\d+)/(\d+): (\d+) realization\(s\) in ([0-9.]+) s")

@@ -11,8 +11,9 @@ realizations (consecutive seeds, the same for every variant), one process, post-
 - one lever at a time, the rest as ``before``: ``draws_200`` (200 draws per galaxy, the
   count shipped), ``draw_f32`` (each draw's stamps rendered in float32:
   ``map_config.draw_precision``), ``gn_f32`` (the Gauss-Newton steps in float32, exact
-  Newton in float64: ``map_config.gauss_newton_precision``);
-- ``shipped``: configs/level2.yaml now (all three).
+  Newton in float64: ``map_config.gauss_newton_precision``), ``newton_tol`` (exact Newton
+  stops at half-decrement 1e-5 instead of 1e-10: ``map_config.tol``);
+- ``shipped``: configs/level2.yaml now (all four).
 
 Per variant: compile seconds, the median post-compile seconds per batch (``--repeats``
 calls of each batch) and galaxies/s, and m1 from the pooled fits of the batches' galaxies
@@ -20,7 +21,8 @@ calls of each batch) and galaxies/s, and m1 from the pooled fits of the batches'
 wrote: +g against -g, paired); the shift ``dm`` against ``before`` on the same seeds with
 its delete-one-seed jackknife error. ``draw_f32`` and ``gn_f32`` keep ``before``'s draws
 (the same random numbers, the same modes to ~1e-10), so their ``dm`` is the lever's own
-effect, known far below 3e-5; a variant with other draw counts carries the draws' Monte
+effect, known far below 3e-5 (``newton_tol`` moves each proposal's centre and scale, not
+the random numbers); a variant with other draw counts carries the draws' Monte
 Carlo noise. The variants run in turn, each batch's calls back to back; the load average
 is recorded (a shared machine).
 
@@ -46,12 +48,14 @@ import yaml
 
 import _harness as h
 
-BEFORE = {"num_samples": 1000, "draw_precision": None, "gauss_newton_precision": None}
+BEFORE = {"num_samples": 1000, "draw_precision": None, "gauss_newton_precision": None,
+          "tol": None}
 VARIANTS = {
     "before": {},
     "draws_200": {"num_samples": 200},
     "draw_f32": {"draw_precision": "float32"},
     "gn_f32": {"gauss_newton_precision": "float32"},
+    "newton_tol": {"tol": 1e-5},
     "shipped": None,  # configs/level2.yaml as it is
 }
 SUBSET_KS = [50, 100, 200, 250]

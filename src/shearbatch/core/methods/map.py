@@ -107,7 +107,7 @@ class MapConfig(StrictModel):
     learning_rate: Positive | None = None
     """[step size] Adam only (null: 0.1)."""
     tol: Positive | None = None
-    """[log-density] Convergence: half the Newton decrement below tol (null: 1e-10 float64, 1e-7 float32)."""
+    """[log-density] Convergence: half the Newton decrement below tol (null: 1e-10 float64, 1e-7 float32); at most half of the convergence check's decrement, 1e-4, for Newton and Gauss-Newton. configs/level2.yaml: 1e-5 (the proposal's centre within ~0.005 posterior sd of the mode; one exact-Hessian iteration fewer per fit than 1e-10: bench/bench_level2_rate.py measures what it saves and what it moves m by)."""
     num_samples: Count = 1000
     """[draws] Laplace draws written as the posterior (antithetic)."""
     proposal: Literal["laplace", "student_t"] | None = None
@@ -123,6 +123,13 @@ class MapConfig(StrictModel):
 
     @model_validator(mode="after")
     def _lr(self) -> MapConfig:
+        newton = self.optimizer in ("newton", GN)
+        if newton and self.tol is not None and 2.0 * self.tol > DECREMENT_TOL:
+            raise ValueError(
+                f"tol: {self.tol:g} lets a fit stop with a Newton decrement above "
+                f"{DECREMENT_TOL:g}, which the convergence check reports as not converged; "
+                f"use at most {DECREMENT_TOL / 2:g}"
+            )
         if self.learning_rate is not None and self.optimizer != "adam":
             raise ValueError(
                 f"learning_rate: has no effect with optimizer {self.optimizer} (Adam only)"
