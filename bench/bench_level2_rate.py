@@ -48,8 +48,7 @@ import yaml
 
 import _harness as h
 
-BEFORE = {"num_samples": 1000, "draw_precision": None, "gauss_newton_precision": None,
-          "tol": None}
+BEFORE = {"num_samples": 1000, "draw_precision": None, "gauss_newton_precision": None, "tol": None}
 VARIANTS = {
     "before": {},
     "draws_200": {"num_samples": 200},

@@ -89,6 +89,7 @@ CONFIG_CASES = [
     ({"inference.method": "hmc"}, "inference.method"),
     ({"inference.precision": "float16"}, "inference.precision"),
     ({"inference.map_config.num_steps": 0}, "inference.map_config.num_steps"),
+    ({"inference.map_config.tol": 1e-3}, "inference.map_config: tol: 0.001 lets a fit stop"),
     ({"campaign.batch_size": 0}, "campaign.batch_size"),
     ({"campaign.shear_grid": [1.5]}, "campaign.shear_grid"),
     ({"campaign.base_seed": -1}, "campaign.base_seed"),

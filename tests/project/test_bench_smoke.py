@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from shearbatch.engine import runtime
 
@@ -171,4 +172,8 @@ def test_cost(tmp_path):
         (1, "newton"), (1, "gauss_newton"), (8, "gauss_newton")]  # fmt: skip
     assert all(0 < r["lockstep_efficiency"] <= 1 and r["all_converged"] for r in rec["vs_m"])
     (cmp,) = rec["optimizer_comparison"]
-    assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < 1e-3
+    # each fit stops within sqrt(2 tol) posterior sd of the mode (half its Newton decrement
+    # <= tol, configs/level2.yaml's map_config.tol), so two optimizers' modes agree to twice that
+    tol = yaml.safe_load((ROOT / "configs" / "level2.yaml").read_text())["inference"]["map_config"]
+    bound = max(1e-3, 2.0 * np.sqrt(2.0 * (tol.get("tol") or 1e-10)))
+    assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < bound
