@@ -72,7 +72,12 @@ def test_refill_loop_gives_each_realizations_own_loop(lanes):
 
 @pytest.fixture(scope="module")
 def level2(module_tmp):
-    cfg = write_config(module_tmp / "l2.yaml", {"image.n_objects": 4},
+    # exact Newton to its default 1e-10 (configs/level2.yaml ships 1e-5): the lockstep
+    # program is compiled separately, and only the last exact iteration washes out the
+    # float32 Gauss-Newton rounding between the two; refilling does not depend on it (the
+    # bitwise test below also holds at 1e-5, seen by hand)
+    cfg = write_config(module_tmp / "l2.yaml",
+                       {"image.n_objects": 4, "inference.map_config.tol": None},
                        base=ROOT / "configs" / "level2.yaml")  # fmt: skip
     spec = run_spec(load_config(cfg))
     plan = plan_campaign([0.02], n_realizations=2, base_seed=0, paired=True,
