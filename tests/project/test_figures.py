@@ -376,7 +376,7 @@ FIGURES: list[Fig] = [
     Fig(BM, "Gauss-Newton included, {} -> {} in the record)", RATE,
         (j("measured.rows[variant=before].newton_steps_median", ".0f"),
          j("measured.rows[variant=newton_tol].newton_steps_median", ".0f"))),
-    Fig(BM, "alone, at 1,000 float64 draws, {}x. The inference program reaches {} galaxies/s", RATE,
+    Fig(BM, "alone, at 1,000 float64 draws, it gives {}x. The inference program reaches {} galaxies/s", RATE,
         (j("measured.ratio_to_before.newton_tol", ".2f"),
          j("measured.rows[variant=shipped].galaxies_per_s", ".0f"))),
     Fig(BM, "quiet: load {}-{}, float64; record `results/benchmarks/level2_rate.json`", RATE,
