@@ -14,19 +14,69 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["WORKER_ENV", "cpu_only_worker", "scoped_environ", "set_flags"]
+__all__ = [
+    "ENTRY_FLAGS",
+    "TRACE_FLAGS",
+    "WORKER_ENV",
+    "configure_flags",
+    "cpu_only_worker",
+    "flag_values",
+    "scoped_environ",
+    "set_flags",
+]
+
+#: the JAX flags an entry point sets (:func:`configure_flags`): the precision and the
+#: persistent compilation cache
+ENTRY_FLAGS = (
+    "jax_enable_x64",
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+#: the JAX flags a traced program depends on: one traced under other values is another
+#: program (:mod:`shearbatch.engine.exported` keys its stored programs by their values)
+TRACE_FLAGS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_numpy_rank_promotion",
+    "jax_numpy_dtype_promotion",
+    "jax_threefry_partitionable",
+    "jax_default_prng_impl",
+    "jax_enable_checks",
+    "jax_debug_nans",
+    "jax_disable_jit",
+)
 
 
 def set_flags(values: dict[str, Any]) -> None:
     """The one place that sets JAX flags (``jax.config.update``): those of ``values`` whose
-    current value differs. Called by :func:`shearbatch.engine.runtime.configure`,
-    :func:`cpu_only_worker` and :func:`shearbatch.engine.runtime.scoped` (the entry points'
-    set-up and its undoing), never at import."""
+    current value differs. Called by :func:`configure_flags` (an entry point's set-up,
+    :func:`shearbatch.engine.runtime.configure`), with :func:`flag_values`' record by its
+    undoing (:func:`shearbatch.engine.runtime.scoped`), and by :func:`cpu_only_worker`;
+    never at import."""
     import jax
 
     for key, value in values.items():
         if getattr(jax.config, key, None) != value:
             jax.config.update(key, value)
+
+
+def configure_flags(x64: bool, cache_dir: str | None) -> None:
+    """An entry point's JAX flags: x64, and the persistent compilation cache in
+    ``cache_dir`` with every program cached (None: the cache flags left as they are)."""
+    values: dict[str, Any] = {"jax_enable_x64": bool(x64)}
+    if cache_dir is not None:
+        values.update({"jax_compilation_cache_dir": cache_dir,
+                       "jax_persistent_cache_min_compile_time_secs": 0.0,
+                       "jax_persistent_cache_min_entry_size_bytes": 0})  # fmt: skip
+    set_flags(values)
+
+
+def flag_values(names: tuple[str, ...] = ENTRY_FLAGS) -> dict[str, Any]:
+    """The current values of the JAX flags ``names`` (None for one this JAX lacks)."""
+    import jax
+
+    return {name: getattr(jax.config, name, None) for name in names}
 
 
 #: the environment of worker processes that need no device (bias-run's writers,

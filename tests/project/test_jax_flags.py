@@ -1,5 +1,7 @@
 """JAX flags are set in one function, never at import time: ``shearbatch.process.set_flags``
-is the only caller of ``jax.config.update`` in the package, and no module calls
+is the only caller of ``jax.config.update`` in the package, no other module names a JAX
+flag (``process`` holds which flags an entry point sets and which a traced program
+depends on), and no module calls
 ``set_flags`` (or ``jax.config.update``) in its module body; the entry points' set-up
 (``engine.runtime.configure``, ``process.cpu_only_worker``, ``engine.runtime.scoped``)
 calls it. Read with :mod:`ast`, nothing imported."""
@@ -69,3 +71,31 @@ def test_the_check_finds_a_flag_set_at_import(tmp_path):
     found = _setters(pkg)
     assert found["a.py"] == [(2, "config.update", True)]
     assert found["b.py"] == [(4, "set_flags", False)]
+
+
+def _flag_names(src=SRC):
+    """``{file: {flag}}`` of the JAX flag names (string constants ``jax_...``) per module."""
+    found = {}
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value.startswith("jax_") and node.value.isidentifier():
+                    found.setdefault(path.relative_to(src).as_posix(), set()).add(node.value)
+    return found
+
+
+def test_jax_flags_are_named_in_process_alone():
+    """Which flags an entry point sets, which a traced program depends on, and their
+    values: all :mod:`shearbatch.process`'s; the engine calls its functions."""
+    found = _flag_names()
+    assert set(found) == {"process.py"}, f"JAX flags named outside process.py: {found}"
+    assert {"jax_enable_x64", "jax_compilation_cache_dir"} <= found["process.py"]
+
+
+def test_the_name_check_finds_a_flag_named_elsewhere(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "process.py").write_text("FLAGS = ('jax_enable_x64',)\n")
+    (pkg / "runtime.py").write_text("KEYS = ['jax_compilation_cache_dir', 'jax-not-a-flag']\n")
+    assert _flag_names(pkg) == {"process.py": {"jax_enable_x64"},
+                                "runtime.py": {"jax_compilation_cache_dir"}}  # fmt: skip

@@ -51,6 +51,8 @@ from typing import Any
 
 import jax
 
+from ..process import TRACE_FLAGS, flag_values
+
 __all__ = [
     "ENV",
     "FORMAT",
@@ -77,19 +79,6 @@ SUBDIR = "exported"
 #: the file layout below; a file of another layout is exported again
 FORMAT = 1
 _MAGIC = b"shearbatch-exported\n"
-#: JAX flags read while tracing: a program traced under other values is another program
-#: (read here, to key the stored programs; set only by shearbatch.process.set_flags)
-_FLAGS = (
-    "jax_enable_x64",
-    "jax_default_matmul_precision",
-    "jax_numpy_rank_promotion",
-    "jax_numpy_dtype_promotion",
-    "jax_threefry_partitionable",
-    "jax_default_prng_impl",
-    "jax_enable_checks",
-    "jax_debug_nans",
-    "jax_disable_jit",
-)
 
 #: events since the process started (or :func:`clear_memory`): programs ``exported``
 #: (traced here and written), ``loaded`` (read from the store, not traced), ``fallback``
@@ -180,7 +169,8 @@ def _versions() -> dict[str, str | None]:
 
 def _environment() -> dict[str, Any]:
     dev = jax.devices()[0]
-    flags = {name: str(getattr(jax.config, name, None)) for name in _FLAGS}
+    # a program traced under other flag values is another program
+    flags = {name: str(v) for name, v in flag_values(TRACE_FLAGS).items()}
     return {**_versions(), "backend": jax.default_backend(), "platform": dev.platform,
             "device_kind": dev.device_kind, "flags": flags}  # fmt: skip
 

@@ -6,8 +6,9 @@ registers ONE cache-event listener per process; calling it again only changes
 what differs, so ``--preview`` followed by the run (or several in-process CLI
 calls in tests) neither double-counts cache hits nor leaks a listener.
 :func:`scoped` restores the previous flags afterwards (the in-process CLI uses
-it so that a test calling ``bias-run --no-x64`` does not change later tests). Both set
-flags through :func:`shearbatch.process.set_flags`, the one setter.
+it so that a test calling ``bias-run --no-x64`` does not change later tests). The flags
+themselves, their names and their one setter are :mod:`shearbatch.process`'s
+(:func:`~shearbatch.process.configure_flags`, :func:`~shearbatch.process.set_flags`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..process import set_flags
+from ..process import configure_flags, flag_values, set_flags
 
 __all__ = [
     "CACHE_EVENTS",
@@ -107,14 +108,10 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
     import jax
     from jax import monitoring
 
-    set_flags({"jax_enable_x64": bool(x64)})
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     if cache.lower() in ("", "0", "off", "none"):
         cache = "off"
-    elif jax.config.jax_compilation_cache_dir != cache:
-        set_flags({"jax_compilation_cache_dir": cache,
-                   "jax_persistent_cache_min_compile_time_secs": 0.0,
-                   "jax_persistent_cache_min_entry_size_bytes": 0})  # fmt: skip
+    configure_flags(x64, None if cache == "off" else cache)
     from . import exported
 
     # the traced programs beside the compiled ones (shearbatch.engine.exported): a later process
@@ -132,14 +129,9 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
 @contextlib.contextmanager
 def scoped() -> Iterator[None]:
     """Restore x64, the cache settings and the exported programs' store on exit."""
-    import jax
-
     from . import exported
 
-    keys = ("jax_enable_x64", "jax_compilation_cache_dir",
-            "jax_persistent_cache_min_compile_time_secs",
-            "jax_persistent_cache_min_entry_size_bytes")  # fmt: skip
-    saved = {k: getattr(jax.config, k) for k in keys}
+    saved = flag_values()
     store = exported.stored_in()
     try:
         yield
