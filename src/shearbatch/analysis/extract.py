@@ -628,9 +628,8 @@ def read_summary(source: str | Path | io.StringIO) -> Any:
 
     The text columns are parsed as categories and then made text: each distinct value is
     one string object that its rows share (a status, a method or a config hash is the
-    same in every row). Parsed as plain text, every cell is its own string object, and a
-    field-scale table (issue 43) held ~2.5 KB per row instead of ~1 KB. A text column
-    whose values all look like numbers (an all-digit config hash) stays text."""
+    same in every row), where plain text makes every cell its own string object. A text
+    column whose values all look like numbers (an all-digit config hash) stays text."""
     import numpy as np
     import pandas as pd
 
