@@ -400,16 +400,19 @@ def fit_bias(
     the population estimator pooled per grid point, its estimator ``pooled <kind>`` and
     its report (else None). ``ValueError`` when m is undefined in both components."""
     ring, _ = complete_rings(use)
-    rows = use[ring].reset_index(drop=True)
     pooled = None
     if population is not None and set(use.get("point_estimate", [])) == {"population"}:
-        from .pooled import pooled_fits
+        from .pooled import FIT_COLUMNS, pooled_fits
         from .streamed import PartialSource, streamed_fits
 
+        # the complete rings' rows with the pooled fit's columns alone: a copy of every
+        # column would hold the whole table once more while the fit streams (issue 43)
+        rows = use.loc[ring, [c for c in FIT_COLUMNS if c in use.columns]]
         fit = streamed_fits if isinstance(population, PartialSource) else pooled_fits
-        fits, pooled = fit(rows, population, estimator == "paired")
+        fits, pooled = fit(rows.reset_index(drop=True), population, estimator == "paired")
         estimator = f"pooled {'paired' if pooled['paired'] else 'regression'}"
     else:
+        rows = use[ring].reset_index(drop=True)
         fits = {c: fit_component(rows, c, estimator, n_boot, seed, point=point, weights=weights)
                 for c in ("g1", "g2")}  # fmt: skip
     if all(f.m is None for f in fits.values()):

@@ -50,6 +50,7 @@ from ..core.population_np import PriorSpec
 from .stats import Fit, pair_table
 
 __all__ = [
+    "FIT_COLUMNS",
     "NUM_ERR_M_MAX",
     "PriorSpec",
     "assemble_fits",
@@ -67,6 +68,12 @@ logger = logging.getLogger(__name__)
 
 #: a grid point's fit is flagged when its numerical error could move m by more than this
 NUM_ERR_M_MAX = 1e-4
+
+#: the summary columns the pooled fits (in memory and streamed) read: the rows they are
+#: given hold these alone (a row subset of the whole table would copy every column of a
+#: field-scale table once more: issue 43's memory bound)
+FIT_COLUMNS = ("run_id", "pair_id", "pair_sign", "g1_true", "g2_true", "seed", "g1_mean",
+               "g2_mean", "pop_n_khat_high")  # fmt: skip
 
 
 def load_population(path: str | Path) -> dict[str, Any]:

@@ -131,9 +131,7 @@ def streamed_fits(
         threads = allocated_cpus()
     # only the columns read here: each row subset below copies what it keeps, so a
     # field-scale table is not held several times over (issue 43's memory bound)
-    need = ("run_id", "pair_id", "pair_sign", "g1_true", "g2_true", "seed", "g1_mean",
-            "g2_mean", "pop_n_khat_high")  # fmt: skip
-    use = use[[c for c in need if c in use.columns]]
+    use = use[[c for c in pooled.FIT_COLUMNS if c in use.columns]]
     if paired and "pair_id" in use and "pair_sign" in use:  # complete pairs only
         ip, im = pair_table(use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))
         use = use.iloc[np.sort(np.concatenate([ip, im]))]
