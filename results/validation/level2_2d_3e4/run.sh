@@ -19,6 +19,10 @@
 # emitted array script does when a task ends), then the reduction (bias-extract) and
 # bias-stats --requirement lsst-project, each under /usr/bin/time -v; then
 # bench/campaign_record.py writes validation.json from the logs this script wrote.
+# Growing a campaign (a larger N, after removing runs.done, summary.csv and stats/): TASKS=1
+# (one process over the grown plan runs only the new realizations) and PTASKS=<the first
+# run's TASKS>: those tasks' partials exist, so none is written again and the reduction
+# reads only the new realizations.
 # Each stage is skipped when its output exists, so the same command finishes an
 # interrupted campaign (a task with an rc line in grow.log is not started again).
 #   SRC=/path/to/clean/checkout ROOT=/work/l2_3e4 bash results/validation/level2_2d_3e4/run.sh
@@ -29,6 +33,7 @@ PY=${PY:-python}
 N=${N:-9000}
 TASKS=${TASKS:-36}
 PAR=${PAR:-1}
+PTASKS=${PTASKS:-$TASKS}  # the array tasks whose partials stage 2 writes
 WAIT_PID=${WAIT_PID:-}  # a previous run's queue to let finish first
 REPO=$(cd "$(dirname "$0")/../../.." && pwd)
 ANA=${ANA:-$REPO}
@@ -70,12 +75,12 @@ acommit=$(git -C "$ANA" rev-parse HEAD)
 dirty=$([ -n "$(git -C "$ANA" status --porcelain --untracked-files=no -- src)" ] && echo 1 || echo 0)
 echo "$acommit dirty=$dirty" > "$ROOT/analysis_commit"
 sb() { PYTHONPATH="$ANA/src" /usr/bin/time -v "$PY" -m shearbatch "$@"; }
-for i in $(seq 0 $((TASKS - 1))); do
-  p=$(printf "%s/runs/partials/task-%05d-of-%05d.nc.sum.json" "$ROOT" "$i" "$TASKS")
+for i in $(seq 0 $((PTASKS - 1))); do
+  p=$(printf "%s/runs/partials/task-%05d-of-%05d.nc.sum.json" "$ROOT" "$i" "$PTASKS")
   [ -f "$p" ] && continue
   sb extract --input-dir "$ROOT/runs" --array-task-id "$i" \
-    --array-task-count "$TASKS" --workers 2 --no-progress > "$ROOT/logs/extract_task_$i.log" 2>&1
-  echo "$(date -Is) partial $i/$TASKS rc=$?" >> "$ROOT/grow.log"
+    --array-task-count "$PTASKS" --workers 2 --no-progress > "$ROOT/logs/extract_task_$i.log" 2>&1
+  echo "$(date -Is) partial $i/$PTASKS rc=$?" >> "$ROOT/grow.log"
 done
 if [ ! -f "$ROOT/summary.csv" ]; then
   sb extract --input-dir "$ROOT/runs" --output "$ROOT/summary.csv" \
