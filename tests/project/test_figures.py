@@ -151,6 +151,7 @@ HOST, HOST0 = BENCH + "host.json", BENCH + "host_before.json"
 L0, L2 = "configs.level0.stages.", "configs.level2.stages."
 CPU2D, WIDE, GPU2D = VAL + "level2_cpu_2d/", VAL + "level2_cpu_2d_wide/", VAL + "level2_field_gpu/"
 E3 = VAL + "level2_2d_3e4/"
+E3T = VAL + "level2_2d_3e4_tol/"
 CHAOS = BENCH + "chaos_slurm.json"
 NB = VAL + "noise_bias/"
 NBMAP, NBVI, NBNUTS = (VAL + f"noise_bias/noise_bias_{m}.json" for m in ("map", "vi", "nuts"))
@@ -777,6 +778,28 @@ FIGURES: list[Fig] = [
         cite="level2_cpu_2d_wide/"),
     Fig(RM, "one galaxy's fit of {} x 32 takes the most Newton steps", GPU2D + "validation.json",
         (j("level2.batch_lanes", ",d"),), cite="level2_field_gpu/"),
+    # the 3e-4 campaign at the shipped config (level2_2d_3e4_tol/, the same run.sh with OUT)
+    *[Fig(VM, f"| {c} | " + "{} | {} |", E3T + "printed.txt", stat(c, E3T + "printed.txt"),
+          cite="level2_2d_3e4_tol/") for c in ("m1", "m2", "c1", "c2")],
+    Fig(VM, "| | value | 1 sigma (jackknife over {} seeds; printed.txt) |", E3T + "printed.txt",
+        (txt(r"galaxies of (\d+) seeds"),), cite="level2_2d_3e4_tol/"),
+    Fig(VM, "Pooled: {} galaxies.", E3T + "printed.txt",
+        (txt(r"pooled per grid point: (\d+) galaxies"),), cite="level2_2d_3e4_tol/"),
+    Fig(VM, "intervals: {} and {} (g1),\n{} and {} (g2). {} of {} images failed", E3T + "printed.txt",
+        (*(txt(rf"coverage {g} {p}%\s+(\S+)") for g in ("g1", "g2") for p in (68, 95)),
+         txt(r"excluded: status failed: (\d+)"), txt(r"used \d+ of (\d+) realization", conv=int_commas)),
+        cite="level2_2d_3e4_tol/"),
+    Fig(VM, "took {} s in all\n({} minutes; the four array tasks {} s, the growth {} s), {} galaxies/s",
+        E3T + "validation.json",
+        (j("timing.all_bias_run_processes.wall_sum_s", ".1f"),
+         calc(lambda J: J(E3T + "validation.json", "timing.all_bias_run_processes.wall_sum_s") / 60, ".1f"),
+         j("timing.array_tasks.wall_sum_s", ".1f"), j("timing.whole_plan_runs.wall_sum_s", ".1f"),
+         j("timing.all_bias_run_processes.galaxies_per_process_s", ".1f")), cite="level2_2d_3e4_tol/"),
+    Fig(VM, "partials took {} s in all (one after another here; on a cluster each task writes its own\n"
+        "when it ends), the reduction {} s and `bias-stats` {} s (peak RSS {} MiB)", E3T + "validation.json",
+        (j("timing.bias_extract_partials.wall_sum_s", ".1f"), j("timing.bias_extract.wall_s", ".2f"),
+         j("timing.bias_stats.wall_s", ".2f"), j("timing.bias_stats.peak_rss_mib", ".1f")),
+        cite="level2_2d_3e4_tol/"),
     # the 3e-4 campaign (level2_2d_3e4/: printed.txt and validation.json, written by run.sh
     # and bench/campaign_record.py)
     *[Fig(VM, f"| {c} | " + "{} | {} |", E3 + "printed.txt", stat(c, E3 + "printed.txt"),
@@ -870,13 +893,16 @@ FIGURES: list[Fig] = [
             for c in f["effect"]["evidence"]["exit_codes"].values()), "d") for code in ("4:0", "1:0"))),
     Fig(BM, "Wall: {} s against {} s", CHAOS, (j("chaos.wall_s", ".0f"), j("clean.wall_s", ".0f"))),
     # README.md
-    Fig(RM, "partials in\n{} s and `bias-stats`' streamed pooled fit in {} s (peak RSS {} MiB)",
-        E3 + "validation.json",
-        (j("timing.bias_extract.wall_s", ".2f"), j("timing.bias_stats.wall_s", ".2f"),
-         j("timing.bias_stats.peak_rss_mib", ".1f")), cite="level2_2d_3e4/"),
-    Fig(RM, "m1 = {} +-\n{}, m2 = {} +- {} (both PASS |m| < 1e-3 at sigma_m below 3e-4), c1 =\n{} +- {}, "
-        "c2 = {} +- {};", E3 + "bias_results.json",
-        tuple(j(c + e, e3(2, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")), cite="level2_2d_3e4/"),
+    Fig(RM, "2,350,848 pooled galaxies".replace("2,350,848", "{}"), E3T + "validation.json",
+        (j("galaxies.used", ","),), cite="level2_2d_3e4_tol/"),
+    Fig(RM, "`bias-run` took {} minutes in all, stage 2 from the array tasks'\npartials in {} s and "
+        "`bias-stats`' streamed pooled fit in {} s (peak RSS {}\nMiB)", E3T + "validation.json",
+        (calc(lambda J: J(E3T + "validation.json", "timing.all_bias_run_processes.wall_sum_s") / 60, ".1f"),
+         j("timing.bias_extract.wall_s", ".2f"), j("timing.bias_stats.wall_s", ".2f"),
+         j("timing.bias_stats.peak_rss_mib", ".1f")), cite="level2_2d_3e4_tol/"),
+    Fig(RM, "m1 = {} +- {}, m2 = {} +-\n{} (both PASS |m| < 1e-3 at sigma_m below 3e-4), c1 = {} +- {}, c2 =\n"
+        "{} +- {};", E3T + "bias_results.json",
+        tuple(j(c + e, e3(2, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")), cite="level2_2d_3e4_tol/"),
     Fig(RM, "{} galaxies: m1 = {} +- {}, m2 = {} +- {}, c1 = {} +- {}, c2 = {} +- {}; with the H100 run, sigma_m "
         "~{}.", CPU2D + "bias_results.json",
         (j("fits.g1.n", ",d"), *(j(c + e, e3(1, not e)) for c in ("m1", "m2", "c1", "c2") for e in ("", "_err")),
@@ -894,8 +920,6 @@ FIGURES: list[Fig] = [
         "`bias-run` after the compile on the 2-core CPU, {}x before", CAMP, (j("measured.median_galaxies_per_s.shipped", ".0f"), j("measured.ratio", ".2f"))),
     Fig(RM, "which on real Level 2 galaxies moves m by about {} at 100 draws", RATE,
         (calc(study_row(100, "none.dm"), lambda v: f"{v * 1e3:.1f}e-3"),), cite="level2_rate.json"),
-    Fig(RM, "{} pooled galaxies, the 2-core CPU, one array task at a time)", E3 + "printed.txt",
-        (txt(r"pooled per grid point: (\d+) galaxies", conv=int_commas),), cite="level2_2d_3e4/"),
     # README.md: cost per galaxy (cost.json), NUTS (nuts_level2_band*.json), GPU (gpu.json, gpu_logs/)
     *[Fig(RM, f"| {cfg} | {m} | {opt} | " + "{} | {} |", BENCH + "cost.json", vals,
           cite="results/benchmarks/cost.json")
