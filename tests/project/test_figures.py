@@ -1166,7 +1166,7 @@ FIGURES += [
          calc(chunk_row("survey_snr30", "nuts", 8, 4, "speedup"), ".2f")),
         cite="results/benchmarks/chunking.{json,png}"),
     # MAP lanes refilled from the batch (lockstep.json, lockstep_chunk4.json)
-    Fig(BM, "load {}-{} with another process on the machine", LOCK,
+    Fig(BM, "load {}-{}: its own\ntwo threads after a test run", LOCK,
         tuple(calc(lambda J, agg=agg: agg([J(LOCK, "load_average_start[0]"), J(LOCK, "load_average_end[0]")]
                                           + [r["load"] for r in J(LOCK, "rows")]), ".1f") for agg in (min, max)),
         cite="results/benchmarks/lockstep.{json,png}"),
