@@ -229,7 +229,9 @@ def build(root: Path) -> tuple[dict[str, Any], bool]:
         "definitions": (
             "wall_sum_s: the task runs' wall times (end - start in grow.log) added; span_s: "
             "the first start to the last end; galaxies_per_s_span: the galaxies of the images "
-            "written (images x image.n_objects) / span_s; galaxies_per_process_s: the same / "
+            "written (images x image.n_objects; all of them, also those a whole-plan run "
+            "wrote, as in a grown campaign: only all_bias_run_processes' rate is then the "
+            "campaign's) / span_s; galaxies_per_process_s: the same / "
             "wall_sum_s; task_runs_failed: runs whose rc is neither 0 nor 1 (bias-run's "
             "complete-with-failed-realizations), which run.sh starts again"
         ),

@@ -3,7 +3,9 @@
 # float32 draws and Gauss-Newton steps) on the 2-D grid +-(0.02, -0.02), +-(0.02, +0.02),
 # to sigma_m <= 3e-4: 9,000 seeds x 8 images x 32 galaxies = 2,304,000 galaxies (the
 # 3,000-seed campaign of level2_cpu_2d_wide/ gave 4.95e-4, so ~8,200 seeds; this folder's
-# 9,000-seed campaign gave m1_err 2.98e-4, so 9,000 it is), on the 2-core CPU, no GPU.
+# 9,000-seed campaign gave m1_err 2.98e-4; at map_config.tol 1e-5, 9,000 seeds gave just
+# above 3e-4 and the campaign was grown to 9,200: level2_2d_3e4_tol/grow.log), on the
+# 2-core CPU, no GPU.
 # OUT (default: this folder) is the record's folder: a campaign at another config or commit
 # writes its own (results/validation/level2_2d_3e4_tol/ at map_config.tol 1e-5).
 # Stage 1: TASKS array tasks of bias-run, PAR at a time (one: XLA spreads one process over
@@ -26,6 +28,8 @@
 # Each stage is skipped when its output exists, so the same command finishes an
 # interrupted campaign (a task with an rc line in grow.log is not started again).
 #   SRC=/path/to/clean/checkout ROOT=/work/l2_3e4 bash results/validation/level2_2d_3e4/run.sh
+#   SRC=... ANA=<the same> ROOT=... OUT=results/validation/level2_2d_3e4_tol N=9000 TASKS=4 \
+#     bash results/validation/level2_2d_3e4/run.sh    (then N=9200 TASKS=1 PTASKS=4, grown)
 set -u
 SRC=${SRC:?a clean checkout of the commit that runs the campaign}
 ROOT=${ROOT:-/work/l2_3e4}

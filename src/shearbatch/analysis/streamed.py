@@ -129,9 +129,6 @@ def streamed_fits(
         from ..slurm import allocated_cpus
 
         threads = allocated_cpus()
-    # only the columns read here: each row subset below copies what it keeps, so a
-    # field-scale table is not held several times over (issue 43's memory bound)
-    use = use[[c for c in pooled.FIT_COLUMNS if c in use.columns]]
     if paired and "pair_id" in use and "pair_sign" in use:  # complete pairs only
         ip, im = pair_table(use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))
         use = use.iloc[np.sort(np.concatenate([ip, im]))]

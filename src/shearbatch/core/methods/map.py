@@ -107,7 +107,7 @@ class MapConfig(StrictModel):
     learning_rate: Positive | None = None
     """[step size] Adam only (null: 0.1)."""
     tol: Positive | None = None
-    """[log-density] Convergence: half the Newton decrement below tol (null: 1e-10 float64, 1e-7 float32); at most half of the convergence check's decrement, 1e-4, for Newton and Gauss-Newton. configs/level2.yaml: 1e-5 (the proposal's centre within ~0.005 posterior sd of the mode; one exact-Hessian iteration fewer per fit than 1e-10: bench/bench_level2_rate.py measures what it saves and what it moves m by)."""
+    """[log-density] Convergence: half the Newton decrement below tol (null: 1e-10 float64, 1e-7 float32); at most half of the convergence check's decrement, 1e-4, for Newton and Gauss-Newton. configs/level2.yaml: 1e-5 (the proposal's centre within sqrt(2 tol) posterior sd of the mode; one exact-Hessian iteration fewer per fit than 1e-10: bench/bench_level2_rate.py measures what it saves and what it moves m by)."""
     num_samples: Count = 1000
     """[draws] Laplace draws written as the posterior (antithetic)."""
     proposal: Literal["laplace", "student_t"] | None = None
