@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 
 from .. import estimators as est
-from .stats import Fit, complete_rings
+from .stats import Fit, complete_rings, group_sums, merge_group_sums
 from .verdict import criteria, overall
 
-__all__ = ["compare_estimators", "fit_response", "present"]
+__all__ = ["compare_estimators", "compare_merge", "compare_part", "fit_response", "present"]
 
 
 def present(df: Any) -> list[str]:
@@ -153,6 +153,14 @@ def compare_estimators(use: Any, point: str, acc: dict[str, Any], frac: float,
     usable rows ``use`` (the forward model's point estimate ``g<k>_<point>``), or None
     when no host estimator ran."""
     names = present(use)
+    part = compare_part(use, point, names)
+    return None if part is None else compare_merge([part], acc, frac, method)
+
+
+def compare_part(use: Any, point: str, names: list[str]) -> dict[str, Any] | None:
+    """What :func:`compare_merge` needs of usable rows ``use`` holding whole seeds: per
+    estimator and component the per-seed sums of the moment equations, the truths' range,
+    the costs' sums (``names``: the host estimators present in the whole table)."""
     if not names:
         return None
     ok = np.ones(len(use), dtype=bool)
@@ -166,37 +174,76 @@ def compare_estimators(use: Any, point: str, acc: dict[str, Any], frac: float,
     groups = rows["seed"].astype(str).to_numpy()
     n_gal = rows[f"{names[0]}_n"].to_numpy(float)
     col = point if f"g1_{point}" in rows.columns else "mean"
-    data = {method: {c: (rows[f"g{c}_{col}"].to_numpy(float), np.ones(len(rows)))
-                     for c in "12"}}  # fmt: skip
-    rings = ring_ids(rows)
+    rings = ring_ids(rows) if len(rows) else np.zeros(0, dtype=int)
+    data = {None: {c: (rows[f"g{c}_{col}"].to_numpy(float), np.ones(len(rows)))
+                   for c in "12"}}  # fmt: skip
     for n in names:
         data[n] = {c: (rows[f"{n}_e{c}"].to_numpy(float),
                        ring_mean(rows[f"{n}_r{c}{c}"].to_numpy(float), rings)) for c in "12"}  # fmt: skip
-    out: dict[str, Any] = {"n_used": len(rows), "n_seeds": len(set(groups)),
+    out: dict[str, Any] = {"n": len(rows), "n_seeds": len(set(groups)), "col": col,
+                           "truth": {}, "sums": {}, "cost": {}, "n_flagged": {}}  # fmt: skip
+    for c in "12":
+        g = rows[f"g{c}_true"].to_numpy(float)
+        out["truth"][c] = (g.min(), g.max(), g[0]) if len(g) else None
+        for name, comps in data.items():
+            e, r = comps[c]
+            g0 = float(g[0]) if len(g) else 0.0
+            slope = group_sums(np.stack([r * g * g, r * g, r, e * g, e], axis=1), groups)
+            off = group_sums(np.stack([e - r * g0, r], axis=1), groups)
+            out["sums"][(name, c)] = (slope, off)
+    for name in data:
+        if name is None:
+            cost = rows["runtime_s"].to_numpy(float) if "runtime_s" in rows else \
+                np.full(len(rows), np.nan)  # fmt: skip
+        else:
+            cost = rows[f"{name}_cost_s"].to_numpy(float)
+            out["n_flagged"][name] = float(np.nansum(rows[f"{name}_n_flagged"].to_numpy(float)))
+        per = cost / n_gal
+        fin = ~np.isnan(per)
+        out["cost"][name] = (float(per[fin].sum()), int(fin.sum()))
+    return out
+
+
+def compare_merge(parts: list[dict[str, Any]], acc: dict[str, Any], frac: float,
+                  method: str) -> dict[str, Any] | None:  # fmt: skip
+    """The ``estimators`` section from :func:`compare_part` of parts sharing no seed."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    n = sum(p["n"] for p in parts)
+    names = [k for k in parts[0]["cost"] if k is not None]
+    col = parts[0]["col"]
+    out: dict[str, Any] = {"n_used": n, "n_seeds": sum(p["n_seeds"] for p in parts),
                            "fit": "e = (1 + m) R g + c R, moment equations with instruments "
                                   "(g, 1) over the realizations (R: the ring's mean "
                                   "response); errors: delete-one-seed jackknife",
                            "forward_model": method, "point_estimate": col,
                            "results": {}, "differences": {}}  # fmt: skip
     reps_of: dict[str, dict[str, np.ndarray]] = {}
-    for name, comps in data.items():
+    for key in (None, *names):
+        name = method if key is None else key
         fits, entry, reps_of[name] = {}, {}, {}
-        for c, (e, r) in comps.items():
-            theta, reps, slope = fit_response(e, r, rows[f"g{c}_true"].to_numpy(float), groups)
-            f = _fit(theta, reps, slope, len(rows), f"g{c}")
+        for c in "12":
+            truths = [p["truth"][c] for p in parts if p["truth"][c] is not None]
+            slope = bool(truths) and (max(t[1] for t in truths) - min(t[0] for t in truths)
+                                      > 1e-12)  # fmt: skip
+            which = 0 if slope else 1
+            _, per = merge_group_sums([p["sums"][(key, c)][which] for p in parts],
+                                      5 if slope else 2)  # fmt: skip
+            theta, reps = _jack(per.sum(axis=0), per, _slope_fn if slope else _offset_fn)
+            f = _fit(theta, reps, slope, n, f"g{c}")
             fits[f"g{c}"], reps_of[name][c] = f, reps
             entry.update({f"m{c}": f.m, f"m{c}_err": f.m_err, f"c{c}": f.c, f"c{c}_err": f.c_err})
-        crit = criteria(fits, {}, {}, frac, acc, len(rows))
+        crit = criteria(fits, {}, {}, frac, acc, n)
         entry["criteria"] = [x.to_json() for x in crit]
         entry["verdict"] = overall(x.status for x in crit)
-        if name == method:
-            cost = rows["runtime_s"].to_numpy(float) if "runtime_s" in rows else np.array([np.nan])
+        if key is None:
             entry["cost"] = {"what": "device wall seconds per realization (runtime_s) / galaxies"}
         else:
-            cost = rows[f"{name}_cost_s"].to_numpy(float)
             entry["cost"] = {"what": "CPU seconds of one worker core"}
-            entry["n_flagged"] = int(np.nansum(rows[f"{name}_n_flagged"].to_numpy(float)))
-        per_gal = float(np.nanmean(cost / n_gal)) if len(rows) else float("nan")
+            entry["n_flagged"] = int(sum(p["n_flagged"][key] for p in parts))
+        tot, cnt = sum(p["cost"][key][0] for p in parts), sum(p["cost"][key][1] for p in parts)
+        per_gal = tot / cnt if cnt else float("nan")
         entry["cost"].update(
             s_per_galaxy=per_gal, galaxies_per_s=1.0 / per_gal if per_gal > 0 else None
         )
@@ -215,6 +262,14 @@ def compare_estimators(use: Any, point: str, acc: dict[str, Any], frac: float,
                 d[f"d{q}{c}_err"] = float(_err(a[:, i] - b[:, i])) if a.shape[0] >= 2 else None
         out["differences"][f"{name} - {method}"] = d
     return out
+
+
+def _slope_fn(x: np.ndarray) -> np.ndarray:
+    return np.stack(_solve(x), axis=-1)
+
+
+def _offset_fn(x: np.ndarray) -> np.ndarray:
+    return np.stack([np.full(x.shape[:-1], np.nan), x[..., 0] / x[..., 1]], axis=-1)
 
 
 def _pm(v: Any, e: Any) -> str:

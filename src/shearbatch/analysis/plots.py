@@ -44,12 +44,14 @@ __all__ = [
     "WORST_RULE",
     "coverage_figure",
     "diagnostics_figure",
+    "merge_worst",
     "rank_figure",
     "residual_figure",
     "seed_band",
     "stamps_figure",
     "trace_figure",
     "worst_converged",
+    "worst_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,13 +76,15 @@ def residual_figure(
     *,
     point: str = "mean",
     weights: str = "none",
+    n_total: int | None = None,
 ) -> Figure:
     """``g_hat - g_true`` vs ``g_true`` with the fitted ``m g + c`` line and its band, per component.
 
     ``g_hat`` is the ``point`` estimate (column ``<comp>_<point>``) the fit used;
     the band is ``±1σ`` of the line, ``sqrt(var_m g^2 + 2 cov_mc g + var_c)``,
     from the covariance of the error method that produced the reported errors
-    (named in the legend).
+    (named in the legend). ``n_total``: the usable rows when ``df`` is a sample of them
+    (whole seeds: :data:`shearbatch.analysis.bias.SAMPLE_ROWS`), named in the legend.
     """
     fig = _figure(11, 4.2)
     axes = fig.subplots(1, 2)
@@ -93,8 +97,10 @@ def residual_figure(
         s = df[f"{comp}_std"].to_numpy(float) if f"{comp}_std" in df.columns else None
         span = np.ptp(x) if np.ptp(x) > 0 else 1.0
         jitter = (np.random.default_rng(0).uniform(-1, 1, x.size)) * 0.01 * span
+        shown = f"n={len(d)}" if n_total in (None, len(d)) else \
+            f"{len(d)} of n={n_total}, whole seeds sampled"  # fmt: skip
         ax.errorbar(x + jitter, d, yerr=s, fmt="o", ms=3, lw=0.8, alpha=0.6, color="C0",
-                    label=f"realizations (n={len(d)}): posterior {point}, ±1σ posterior")  # fmt: skip
+                    label=f"realizations ({shown}): posterior {point}, ±1σ posterior")  # fmt: skip
         xs = np.linspace(x.min() - 0.05 * span, x.max() + 0.05 * span, 100)
         m = 0.0 if f.m is None else f.m
         line = m * xs + f.c
@@ -161,28 +167,30 @@ def _rect(x: float, y: float, w: float, h: float) -> Any:
     return Rectangle((x, y), w, h, color="0.8", zorder=0)
 
 
-def rank_figure(df: Any, sbc_res: Sbc, n_bins: int | None = None) -> Figure:
-    """Histogram of ``rank_g{1,2}`` with the uniform expectation and its 99% binomial band."""
+def rank_figure(ranks: Any, sbc_res: Sbc, n_bins: int | None = None) -> Figure:
+    """Histogram of ``rank_g{1,2}`` with the uniform expectation and its 99% binomial band.
+
+    ``ranks``: a table with ``rank_g1``, ``rank_g2`` (and ``seed``) columns, or per
+    component ``(distinct finite ranks, their counts, independent seeds)`` (a table
+    measured in parts: :class:`shearbatch.analysis.bias.TableDigest`)."""
     fig = _figure(10, 3.8)
     axes = fig.subplots(1, 2)
     applied = sbc_res.skipped is None
     for ax, comp in zip(axes, ("g1", "g2"), strict=True):
-        col = f"rank_{comp}"
-        r = df[col].to_numpy(float) if col in df.columns else np.array([])
-        r = r[np.isfinite(r)]
-        if r.size == 0:
+        vals, counts, n_seeds = _rank_counts(ranks, comp)
+        n = int(counts.sum())
+        if n == 0:
             ax.text(0.5, 0.5, "no ranks", ha="center", transform=ax.transAxes)
             continue
-        bins = n_bins or int(np.clip(r.size // 5, 2, 20))
-        ax.hist(np.clip(r, 0, 1), bins=bins, range=(0, 1), color="C0", alpha=0.7, edgecolor="w")
+        bins = n_bins or int(np.clip(n // 5, 2, 20))
+        ax.hist(np.clip(vals, 0, 1), bins=bins, range=(0, 1), weights=counts, color="C0",
+                alpha=0.7, edgecolor="w")  # fmt: skip
         p = 1.0 / bins
-        seeds = df["seed"].astype(str).to_numpy()[np.isfinite(df[col].to_numpy(float))] \
-            if "seed" in df.columns else None  # fmt: skip
-        lo, hi, k = seed_band(r.size, seeds, p)
-        label = "uniform: 99% band" + (f" per independent seed ({r.size / k:.0f} seeds, "
+        lo, hi, k = seed_band(n, n_seeds, p)
+        label = "uniform: 99% band" + (f" per independent seed ({n / k:.0f} seeds, "
                                        f"{k:.2g} realizations each)" if k > 1 else "")  # fmt: skip
         ax.axhspan(lo, hi, color="0.8", zorder=0, label=label)
-        ax.axhline(r.size * p, color="k", lw=1, label="uniform expectation")
+        ax.axhline(n * p, color="k", lw=1, label="uniform expectation")
         test = getattr(sbc_res, comp) if applied else None
         pv = f", χ² p = {test.p_value:.3f}" if test is not None and test.p_value is not None else ""
         kind = "SBC rank" if applied else "rank of truth (PIT; not SBC)"
@@ -195,18 +203,41 @@ def rank_figure(df: Any, sbc_res: Sbc, n_bins: int | None = None) -> Figure:
     return fig
 
 
-def seed_band(n: int, seeds: np.ndarray | None, p: float, level: float = 0.99) -> tuple:
+def _rank_counts(ranks: Any, comp: str) -> tuple[np.ndarray, np.ndarray, Any]:
+    """``(distinct finite ranks, counts, seeds)`` of a component (seeds: an array of labels,
+    a count, or None: one per rank)."""
+    if isinstance(ranks, Mapping):
+        got = ranks.get(comp)
+        if got is None:
+            return np.zeros(0), np.zeros(0, dtype=np.int64), None
+        return got
+    col = f"rank_{comp}"
+    if col not in ranks.columns:
+        return np.zeros(0), np.zeros(0, dtype=np.int64), None
+    r = ranks[col].to_numpy(float)
+    fin = np.isfinite(r)
+    vals, counts = np.unique(r[fin], return_counts=True)
+    seeds = ranks["seed"].astype(str).to_numpy()[fin] if "seed" in ranks.columns else None
+    return vals, counts, seeds
+
+
+def seed_band(n: int, seeds: np.ndarray | int | None, p: float, level: float = 0.99) -> tuple:
     """``(lo, hi, per_seed)``: the central ``level`` band of a rank-histogram bin count
     (probability ``p`` per realization) drawn per independent seed.
 
     A seed's realizations (its grid points, pair twins and rotations share the galaxy and
     the noise) have correlated ranks, so a bin count varies more than a binomial over the
-    ``n`` rows: up to ``per_seed`` times more when a seed's realizations share one rank.
+    ``n`` rows (``seeds``: their seed labels, or how many there are): up to ``per_seed`` times more when a seed's realizations share one rank.
     The band is that limit, ``per_seed * Binomial(G, p)`` over the ``G`` seeds
     (``per_seed = n / G``), which never understates the scatter of positively correlated
     ranks; one realization per seed gives the plain binomial band.
     """
-    g = n if seeds is None else max(len(np.unique(seeds)), 1)
+    if seeds is None:
+        g = n
+    elif isinstance(seeds, int | np.integer):
+        g = max(int(seeds), 1)
+    else:
+        g = max(len(np.unique(seeds)), 1)
     k = n / g
     lo, hi = st.binom.ppf([(1 - level) / 2, (1 + level) / 2], g, p)
     return k * lo, k * hi, k
@@ -227,9 +258,18 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
     realization per seed (a seed's grid points share its galaxy and noise, so the same
     seed would fill every row).
     """
-    ok = df[df["status"].astype(str) == "ok"].copy()
+    return list(worst_rows(df, k)["run_id"])
+
+
+def worst_rows(df: Any, k: int = 3) -> Any:
+    """The rows of :func:`worst_converged` (``run_id``, ``seed``, ``key``: larger is worse,
+    ``g1_true``, ``g2_true``), worst first; of a table in parts, :func:`merge_worst`."""
+    import pandas as pd
+
+    cols = ["run_id", "seed", "key", "g1_true", "g2_true"]
+    ok = df[df["status"].astype(str) == "ok"]
     if ok.empty:
-        return []
+        return pd.DataFrame({c: [] for c in cols})
     passed = ok["passed_convergence"].astype(str).str.lower().eq("true")
     key = np.zeros(len(ok))
     key += np.where(passed, 0.0, 1e12)
@@ -237,19 +277,33 @@ def worst_converged(df: Any, k: int = 3) -> list[str]:
         if f"rhat_{comp}" in ok.columns:
             key += 1e6 * np.nan_to_num(ok[f"rhat_{comp}"].to_numpy(float) - 1.0)
         pull = np.abs(ok[f"{comp}_mean"].to_numpy(float) - ok[f"{comp}_true"].to_numpy(float))
-        key += np.nan_to_num(pull / ok[f"{comp}_std"].to_numpy(float))
-    order = np.argsort(-key, kind="stable")
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero width: the largest pull
+            key += np.nan_to_num(pull / ok[f"{comp}_std"].to_numpy(float))
     seeds = ok["seed"].astype(str).to_numpy() if "seed" in ok.columns else None
+    table = pd.DataFrame({"run_id": ok["run_id"].to_numpy(object),
+                          "seed": seeds if seeds is not None else np.arange(len(ok)).astype(str),
+                          "key": key, "g1_true": ok["g1_true"].to_numpy(float),
+                          "g2_true": ok["g2_true"].to_numpy(float)})  # fmt: skip
+    return merge_worst([table], k, seeds is not None)
+
+
+def merge_worst(tables: Sequence[Any], k: int = 3, by_seed: bool = True) -> Any:
+    """The ``k`` worst of :func:`worst_rows`' tables (parts sharing no seed), one per seed."""
+    import pandas as pd
+
+    table = pd.concat(list(tables), ignore_index=True)
+    order = np.argsort(-table["key"].to_numpy(float), kind="stable")
+    seeds = table["seed"].astype(str).to_numpy()
     out, seen = [], set()
     for i in order:
-        s = seeds[i] if seeds is not None else i
+        s = seeds[i] if by_seed else i
         if s in seen:
             continue
         seen.add(s)
-        out.append(ok["run_id"].to_numpy(object)[i])
+        out.append(i)
         if len(out) == k:
             break
-    return out
+    return table.iloc[out].reset_index(drop=True)
 
 
 def _read_realization(d: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], Convergence]:

@@ -74,14 +74,23 @@ __all__ = [
     "Fit",
     "complete_rings",
     "coverage",
+    "coverage_counts",
     "error_label",
     "fit_offset",
     "fit_paired",
     "fit_regression",
     "group_errors",
+    "group_sums",
     "has_pairs",
+    "merge_group_sums",
     "n_independent",
+    "offset_from_sums",
+    "offset_terms",
     "pair_table",
+    "paired_from_sums",
+    "paired_terms",
+    "regression_from_sums",
+    "regression_terms",
     "sbc",
     "weights_for",
 ]
@@ -130,12 +139,77 @@ def weights_for(std: np.ndarray | None, n: int, weights: str = "none") -> np.nda
     return 1.0 / s**2
 
 
-def _group_sums(terms: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """``(G, p)`` sums of the ``(n, p)`` per-row terms over each group label."""
-    _, inv = np.unique(groups, return_inverse=True)
-    out = np.zeros((inv.max() + 1, terms.shape[1]))
+def group_sums(terms: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels (G,), sums (G, p))``: the ``(n, p)`` per-row terms summed over each group
+    label, the labels sorted (the order every estimator's resamples follow, so sums of
+    disjoint groups computed apart and merged by :func:`merge_group_sums` give the same
+    numbers as the whole table)."""
+    labels, inv = np.unique(groups, return_inverse=True)
+    out = np.zeros((len(labels), terms.shape[1]))
     np.add.at(out, inv, terms)
-    return out
+    return labels, out
+
+
+def merge_group_sums(
+    parts: list[tuple[np.ndarray, np.ndarray]], p: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group sums of disjoint sets of groups (each ``(labels, sums)`` of
+    :func:`group_sums`), merged in label order; a label in two parts is summed."""
+    parts = [(lab, s) for lab, s in parts if len(lab)]
+    if not parts:
+        return np.empty(0, dtype=object), np.zeros((0, p))
+    labels = np.concatenate([lab for lab, _ in parts])
+    sums = np.concatenate([s for _, s in parts])
+    if len(parts) == 1:
+        return labels, sums
+    uniq, inv = np.unique(labels, return_inverse=True)
+    if len(uniq) == len(labels):
+        order = np.argsort(labels, kind="stable")
+        return labels[order], sums[order]
+    out = np.zeros((len(uniq), p))
+    np.add.at(out, inv, sums)
+    return uniq, out
+
+
+def _group_sums(terms: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    return group_sums(terms, groups)[1]
+
+
+def regression_terms(
+    g_true: np.ndarray, g_hat: np.ndarray, std: np.ndarray | None, weights: str = "none"
+) -> np.ndarray:
+    """Per-row terms ``(w, w x, w y, w x^2, w x y)`` of :func:`fit_regression`."""
+    x, y = np.asarray(g_true, float), np.asarray(g_hat, float)
+    w = weights_for(std, x.size, weights)
+    return np.stack([w, w * x, w * y, w * x * x, w * x * y], axis=1)
+
+
+def offset_terms(
+    g_true: np.ndarray, g_hat: np.ndarray, std: np.ndarray | None, weights: str = "none"
+) -> np.ndarray:
+    """Per-row terms ``(w, w (g_hat - g_true))`` of :func:`fit_offset`."""
+    d = np.asarray(g_hat, float) - np.asarray(g_true, float)
+    w = weights_for(std, d.size, weights)
+    return np.stack([w, w * d], axis=1)
+
+
+def paired_terms(
+    g_plus: np.ndarray,
+    hat_plus: np.ndarray,
+    hat_minus: np.ndarray,
+    std_plus: np.ndarray | None = None,
+    std_minus: np.ndarray | None = None,
+    weights: str = "none",
+) -> np.ndarray:
+    """Per-pair terms ``(w g D, w g^2, w, w A)`` of :func:`fit_paired`."""
+    g = np.asarray(g_plus, float)
+    dd = (np.asarray(hat_plus, float) - np.asarray(hat_minus, float)) / 2.0
+    aa = (np.asarray(hat_plus, float) + np.asarray(hat_minus, float)) / 2.0
+    both = None
+    if std_plus is not None and std_minus is not None:
+        both = np.sqrt((np.asarray(std_plus) ** 2 + np.asarray(std_minus) ** 2) / 4.0)
+    w = weights_for(both, g.size, weights)
+    return np.stack([w * g * dd, w * g * g, w, w * aa], axis=1)
 
 
 def group_errors(
@@ -227,10 +301,24 @@ def fit_regression(
     picks the reported error (``jackknife`` or ``bootstrap``; both are kept in
     ``Fit.errors``).
     """
-    x, y = np.asarray(g_true, float), np.asarray(g_hat, float)
-    w = weights_for(std, x.size, weights)
+    x = np.asarray(g_true, float)
     groups = np.arange(x.size) if groups is None else np.asarray(groups)
-    terms = np.stack([w, w * x, w * y, w * x * x, w * x * y], axis=1)
+    sums = _group_sums(regression_terms(x, g_hat, std, weights), groups)
+    return regression_from_sums(sums, x.size, weights=weights, errors=errors, n_boot=n_boot,
+                                seed=seed)  # fmt: skip
+
+
+def regression_from_sums(
+    sums: np.ndarray,
+    n: int,
+    *,
+    weights: str = "none",
+    errors: str = "jackknife",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Fit:
+    """:func:`fit_regression` from its per-seed sums (``(G, 5)``, label order) over ``n``
+    rows."""
 
     def fn(s: np.ndarray) -> np.ndarray:
         b = (s[..., 0] * s[..., 4] - s[..., 1] * s[..., 2]) / (
@@ -239,10 +327,9 @@ def fit_regression(
         a = (s[..., 2] - b * s[..., 1]) / s[..., 0]
         return np.stack([b, a], axis=-1)
 
-    sums = _group_sums(terms, groups)
     est = fn(sums.sum(axis=0))
     errs = group_errors(sums, fn, n_boot=n_boot, seed=seed)
-    return _finish(est, errs, errors, x.size, sums.shape[0], weights)
+    return _finish(est, errs, errors, n, sums.shape[0], weights)
 
 
 def fit_offset(
@@ -258,10 +345,24 @@ def fit_offset(
     reason: str = "",
 ) -> Fit:
     """Constant truth: ``m`` undefined (``None`` with ``reason``), ``c`` the mean offset."""
-    d = np.asarray(g_hat, float) - np.asarray(g_true, float)
-    w = weights_for(std, d.size, weights)
-    groups = np.arange(d.size) if groups is None else np.asarray(groups)
-    sums = _group_sums(np.stack([w, w * d], axis=1), groups)
+    n = np.asarray(g_true).size
+    groups = np.arange(n) if groups is None else np.asarray(groups)
+    sums = _group_sums(offset_terms(g_true, g_hat, std, weights), groups)
+    return offset_from_sums(sums, n, weights=weights, errors=errors, n_boot=n_boot, seed=seed,
+                            reason=reason)  # fmt: skip
+
+
+def offset_from_sums(
+    sums: np.ndarray,
+    n: int,
+    *,
+    weights: str = "none",
+    errors: str = "jackknife",
+    n_boot: int = 1000,
+    seed: int = 0,
+    reason: str = "",
+) -> Fit:
+    """:func:`fit_offset` from its per-seed sums (``(G, 2)``, label order) over ``n`` rows."""
 
     def fn(s: np.ndarray) -> np.ndarray:
         return (s[..., 1] / s[..., 0])[..., None]
@@ -275,7 +376,7 @@ def fit_offset(
     rep.update(n_boot=errs["n_boot"], n_groups=sums.shape[0], weights=weights,
                weighted=weights != "none")  # fmt: skip
     boot = np.stack([np.zeros(len(errs["boot"])), errs["boot"][:, 0]], axis=1)
-    return Fit(None, c, None, c_err, chosen, rep, d.size, sums.shape[0], reason, boot, cov,
+    return Fit(None, c, None, c_err, chosen, rep, n, sums.shape[0], reason, boot, cov,
                weights)  # fmt: skip
 
 
@@ -326,22 +427,24 @@ def fit_paired(
     bootstrap over pairs. The jackknife is kept in ``Fit.errors`` too. With
     ``inverse-variance`` weights a pair weighs ``4 / (std_+^2 + std_-^2)``.
     """
-    g = np.asarray(g_plus, float)
-    dd = (np.asarray(hat_plus, float) - np.asarray(hat_minus, float)) / 2.0
-    aa = (np.asarray(hat_plus, float) + np.asarray(hat_minus, float)) / 2.0
-    both = None
-    if std_plus is not None and std_minus is not None:
-        both = np.sqrt((np.asarray(std_plus) ** 2 + np.asarray(std_minus) ** 2) / 4.0)
-    w = weights_for(both, g.size, weights)
-    groups = np.arange(g.size) if groups is None else np.asarray(groups)
-    sums = _group_sums(np.stack([w * g * dd, w * g * g, w, w * aa], axis=1), groups)
+    n = np.asarray(g_plus).size
+    groups = np.arange(n) if groups is None else np.asarray(groups)
+    terms = paired_terms(g_plus, hat_plus, hat_minus, std_plus, std_minus, weights)
+    sums = _group_sums(terms, groups)
+    return paired_from_sums(sums, n, weights=weights, n_boot=n_boot, seed=seed)
+
+
+def paired_from_sums(
+    sums: np.ndarray, n: int, *, weights: str = "none", n_boot: int = 1000, seed: int = 0
+) -> Fit:
+    """:func:`fit_paired` from its per-seed sums (``(G, 4)``, label order) over ``n`` pairs."""
 
     def fn(s: np.ndarray) -> np.ndarray:
         return np.stack([s[..., 0] / s[..., 1], s[..., 3] / s[..., 2]], axis=-1)
 
     est = fn(sums.sum(axis=0))
     errs = group_errors(sums, fn, n_boot=n_boot, seed=seed)
-    return _finish(est, errs, "bootstrap", g.size, sums.shape[0], weights)
+    return _finish(est, errs, "bootstrap", n, sums.shape[0], weights)
 
 
 def complete_rings(df: Any) -> tuple[np.ndarray, int]:
@@ -429,8 +532,18 @@ def coverage(
     if not np.all(hi > lo):
         return {"skipped": "zero-width posterior intervals (point estimates)"}
     inside = (lo <= t) & (t <= hi)
-    f = float(inside.mean())
-    n_eff = n_independent(groups, t.size)
+    return coverage_counts(t.size, int(inside.sum()), n_independent(groups, t.size), level, z,
+                           min_seeds)  # fmt: skip
+
+
+def coverage_counts(
+    n: int, n_inside: int, n_eff: int, level: float, z: float = 3.0, min_seeds: int = 20
+) -> dict[str, Any]:
+    """:func:`coverage` from its counts: ``n`` rows with finite, non-degenerate intervals,
+    ``n_inside`` of them holding the truth, ``n_eff`` independent seeds."""
+    if n == 0:
+        return {"skipped": "no rows"}
+    f = n_inside / n
     se = math.sqrt(level * (1.0 - level) / n_eff)
     band = [max(0.0, level - z * se), min(1.0, level + z * se)]
     if n_eff < min_seeds:
@@ -441,8 +554,8 @@ def coverage(
         status, reason = "fail", "coverage too high (intervals too wide)"
     else:
         status, reason = "pass", ""
-    return {"observed": f, "expected": level, "band": band, "se": se, "z": z, "n": int(t.size),
-            "n_eff": int(n_eff), "min_seeds": int(min_seeds), "n_inside": int(inside.sum()),
+    return {"observed": f, "expected": level, "band": band, "se": se, "z": z, "n": int(n),
+            "n_eff": int(n_eff), "min_seeds": int(min_seeds), "n_inside": int(n_inside),
             "status": status, "passed": status == "pass", "reason": reason}  # fmt: skip
 
 
@@ -451,6 +564,7 @@ def sbc(
     n_bins: int | None = None,
     groups: np.ndarray | None = None,
     min_seeds: int = 20,
+    n_seeds: int | None = None,
 ) -> dict[str, Any]:
     """Uniformity of SBC ranks in [0, 1]: chi-square on equal bins (>= 5 expected each) and KS.
 
@@ -458,11 +572,14 @@ def sbc(
     rank) and at least 10 ranks; with fewer, ``status`` is ``inconclusive``
     ("too few to test") and the statistics are computed only from 10 ranks on.
     ``status`` (``pass``/``fail`` against a p-value floor) is set by the caller.
+    ``n_seeds``: the independent seeds among the finite ranks, when ``groups`` is not given
+    (ranks merged from parts of a table).
     """
     r = np.asarray(ranks, float)
     ok = np.isfinite(r)
     r = r[ok]
-    n_seeds = n_independent(None if groups is None else np.asarray(groups)[ok], r.size)
+    if n_seeds is None:  # else given: the independent seeds among the finite ranks
+        n_seeds = n_independent(None if groups is None else np.asarray(groups)[ok], r.size)
     out: dict[str, Any] = {"n": int(r.size), "n_eff": int(n_seeds), "min_seeds": int(min_seeds)}
     if n_seeds < min_seeds or r.size < 10:
         why = _too_few(n_seeds, min_seeds) if n_seeds < min_seeds else (

@@ -17,7 +17,7 @@ from ..io.layout import FIGURES, PLOTS
 from .inputs import campaign_config
 from .runner import COMMANDS_FILE
 
-__all__ = ["distinct_seed_runs", "stats_plots", "write_report"]
+__all__ = ["stats_plots", "write_report"]
 
 logger = logging.getLogger("shearbatch")
 
@@ -27,21 +27,6 @@ def _png(fig: Any, dpi: int) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, dpi=dpi, format="png")
     return buf.getvalue()
-
-
-def distinct_seed_runs(df: Any, run_ids: Sequence[str], k: int) -> list[str]:
-    """Up to ``k`` of ``run_ids`` (in their order) with distinct seeds: grid points of one
-    seed share the galaxy and the noise, so one seed would be shown several times."""
-    seeds = dict(zip(df["run_id"].astype(str), df["seed"].astype(str), strict=False))
-    out, seen = [], set()
-    for r in run_ids:
-        s = seeds.get(str(r), str(r))
-        if s not in seen:
-            seen.add(s)
-            out.append(r)
-        if len(out) == k:
-            break
-    return out
 
 
 def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: Path) -> Path:
@@ -99,12 +84,11 @@ class _Where(NamedTuple):  # what models_at_estimate reads of a plan
 
 def write_report(
     res: BiasResult,
-    df: Any,
+    digest: Any,
     plot_dir: Path | None,
     posterior_dir: str | Path | None,
     path: Path,
     command: Sequence[str] = (),
-    use: Any = None,
 ) -> Path:
     """``bias-stats --report``: one self-contained HTML file (analysis/report.py); ``command``
     is the bias-stats command line quoted as provenance. With the campaign root
@@ -126,8 +110,8 @@ def write_report(
     order = list(FIGURES)
     figures = []
     cfg, cfg_text, cfg_from = campaign_config(root)
-    if root is not None and cfg is not None and use is not None and len(use) and plot_dir:
-        ids = distinct_seed_runs(use, list(use["run_id"].astype(str)), 3)
+    if root is not None and cfg is not None and digest.stamp_runs and plot_dir:
+        ids = digest.stamp_runs
         try:
             figures.append(_stamps_png(root, ids, cfg, plot_dir / FIGURES[0]))
         except Exception as err:  # a figure must not cost the report
@@ -141,11 +125,11 @@ def write_report(
         commands = (root / COMMANDS_FILE).read_text().splitlines()[-20:]
     prov = report.provenance(list(command), attrs, commands)
     config = {"text": cfg_text, "source": cfg_from} if cfg_text else None
-    text = report.render_report(res, figures, report.failures_by_flag(df), prov, config=config)
+    text = report.render_report(res, figures, digest.failures, prov, config=config)
     return atomic.write_text(path, text)
 
 
-def stats_plots(df: Any, use: Any, res: BiasResult, fits: dict[str, Any], out: Path,
+def stats_plots(digest: Any, res: BiasResult, fits: dict[str, Any], out: Path,
                 posterior_dir: str | Path | None) -> Path:  # fmt: skip
     """``bias-stats``'s figures under ``out/plots`` (residuals, coverage, SBC ranks, and with
     ``posterior_dir`` the diagnostics of the worst realizations, one per seed); returns
@@ -160,22 +144,27 @@ def stats_plots(df: Any, use: Any, res: BiasResult, fits: dict[str, Any], out: P
     _, residuals, coverage, ranks, worst_name = FIGURES
     figs = {
         residuals: plots.residual_figure(
-            use, fits, res.estimator, point=point, weights=res.weights
+            digest.sample,
+            fits,
+            res.estimator,
+            point=point,
+            weights=res.weights,
+            n_total=digest.n_used,
         ),
         coverage: plots.coverage_figure(res.coverage),
-        ranks: plots.rank_figure(use, res.sbc),
+        ranks: plots.rank_figure(digest.ranks, res.sbc),
     }
     if posterior_dir is not None and res.point_estimate == "population":
         logger.info("--posterior-dir: no per-realization g posterior to plot (interim model)")
     elif posterior_dir is not None:
-        worst = plots.worst_converged(df, k=3)
+        rows = digest.worst
+        worst = list(rows["run_id"].astype(str))
         where = {p.name: p for p in find_realization_dirs(posterior_dir)}
-        found = [w for w in worst if w in where and (where[w] / POSTERIOR).is_file()]
+        found = [i for i, w in enumerate(worst) if w in where and (where[w] / POSTERIOR).is_file()]
         if found:
-            truth = df.set_index("run_id")
             figs[worst_name] = plots.diagnostics_figure(
-                [where[w] for w in found],
-                [(float(truth.at[w, "g1_true"]), float(truth.at[w, "g2_true"])) for w in found],
+                [where[worst[i]] for i in found],
+                [(float(rows["g1_true"].iloc[i]), float(rows["g2_true"].iloc[i])) for i in found],
             )
         else:
             logger.warning("--posterior-dir: none of the worst realizations %s found", worst)

@@ -237,7 +237,7 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
     """``bias-stats`` (module docstring). :class:`StageError` (one line naming the flag)
     for bad input: the options, an unreadable table or sidecar, a table the analysis
     refuses."""
-    from ..analysis.extract import read_summary
+    from ..analysis.parts import open_table
     from ..analysis.verdict import load_acceptance
 
     ck = check_stats(opts)
@@ -253,35 +253,50 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
     except (ValueError, OSError) as err:
         raise StageError(f"--input: {err}") from None
     posterior_dir = posterior_dir or (str(inp.root) if ck.src.is_dir() else None)
-    try:
-        df = read_summary(inp.summary)
+    try:  # a field-scale table is split by seed and measured a part at a time
+        table = open_table(inp.summary)
     except (ValueError, OSError) as err:
         raise StageError(f"--input: cannot read {inp.summary}: {err}") from None
-    population = _population(inp.summary, df)
-    try:
-        res, fits, use = stats_of_table(df, ck.requirement, ck.settings, acceptance=acc,
-                                        population=population)  # fmt: skip
-    except ValueError as err:
-        raise StageError(f"--input: {err}") from None
+    with table:
+        population = _population(inp.summary, _is_interim(table, inp.summary))
+        try:
+            got = stats_of_table(table, ck.requirement, ck.settings, acceptance=acc,
+                                 population=population)  # fmt: skip
+            res, fits, digest = got.result, got.fits, got.digest
+        except ValueError as err:
+            raise StageError(f"--input: {err}") from None
     population = None  # the sidecar's draws (the pooled fit's input) are not needed further
     from .report import stats_plots, write_report
 
     ck.out.mkdir(parents=True, exist_ok=True)
-    plot_dir = stats_plots(df, use, res, fits, ck.out, posterior_dir) if opts.plots else None
+    plot_dir = stats_plots(digest, res, fits, ck.out, posterior_dir) if opts.plots else None
     path = write_results(res, ck.out)
     report = None
     if ck.report is not None:
-        report = write_report(res, df, plot_dir, posterior_dir, ck.report,
-                              command=opts.command, use=use)  # fmt: skip
+        report = write_report(res, digest, plot_dir, posterior_dir, ck.report,
+                              command=opts.command)  # fmt: skip
     return StatsOutcome(res, path, plot_dir, report, inp.progress if inp.extracted else None,
                         inp.summary)  # fmt: skip
 
 
-def _population(summary: Path, df: Any) -> Any:
+def _is_interim(table: Any, summary: Path) -> bool:
+    """Whether a row of the table is an interim-model (population) estimate: of a table in
+    parts, read from its ``point_estimate`` column alone."""
+    import pandas as pd
+
+    df = getattr(table, "df", None)
+    if df is None:
+        try:
+            df = pd.read_csv(summary, usecols=lambda c: c == "point_estimate", dtype="category")
+        except (ValueError, OSError) as err:
+            raise StageError(f"--input: cannot read {summary}: {err}") from None
+    return bool("point_estimate" in df and (df["point_estimate"] == "population").any())
+
+
+def _population(summary: Path, interim: bool) -> Any:
     """What the pooled fit of an interim-model table reads (None for the others): the
     partials index beside it (:class:`shearbatch.analysis.streamed.PartialSource`, streamed
     in bounded memory), else an older version's population sidecar (read whole)."""
-    interim = "point_estimate" in df and (df["point_estimate"] == "population").any()
     if not interim:
         return None
     from ..analysis.partials import index_path
