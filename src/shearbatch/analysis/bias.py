@@ -31,6 +31,13 @@ one it names):
 
 ``bias-stats`` and :meth:`shearbatch.api.Campaign.stats` both reach it through
 :func:`shearbatch.app.run_stats`.
+
+A table may come in parts sharing no seed (:mod:`shearbatch.analysis.parts`: a
+field-scale ``summary.csv`` split by seed). The steps then run per part in two passes,
+:func:`scan_part` (scope, counts, the point estimate's inputs and checks) and
+:func:`measure_part` (usable rows, rings, per-seed sums, coverage and rank counts, notes),
+and their results are merged in seed order (``_merged_*``): the whole table's numbers, bit
+for bit, in memory set by a part.
 """
 
 from __future__ import annotations
@@ -887,7 +894,8 @@ def _merged_fits(
         from .pooled import pooled_fits
         from .streamed import PartialSource, streamed_fits
 
-        rows = pd.concat([m["pooled_rows"] for m in meas], ignore_index=True)
+        # each part's rows handed over (not kept twice while the fit streams)
+        rows = pd.concat([m.pop("pooled_rows") for m in meas], ignore_index=True)
         if estimator == "paired":
             rows = rows[rows["_in_pair"].to_numpy(bool)].reset_index(drop=True)
         rows = rows.drop(columns="_in_pair")
@@ -904,6 +912,9 @@ def _merged_fits(
         parts = [m["fit"][comp] for m in meas]
         n = sum(p["n"] for p in parts)
         ranges = [p["range"] for p in parts if p["range"] is not None]
+        if not ranges:
+            raise ValueError("no complete rings among the usable rows (a copy of every "
+                             "seed's grid point is missing): nothing to fit")  # fmt: skip
         lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
         first = ranges[0][2]
 

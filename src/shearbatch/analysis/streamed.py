@@ -175,6 +175,13 @@ def streamed_fits(
         real_seed.append(rs)
     support = [None] * len(maps)  # per partial: (G,) bool, galaxies with support at g0
     starts = pooled.start_points(rows, points)
+    n_khat = pooled.khat_counts(rows)
+    # what mapped realizations to points and seeds is not needed by the passes: freed
+    # before them (a string or two per realization; issue 43's bound)
+    maps = [(part, None, None) for part, _, _ in maps]
+    for part, _ in parts:
+        part.run_ids = []
+    del rows, truth_of, seed_of, truths, seeds, parts, all_truth
     fits = [pnp.NewtonSearch(starts[p], max_steps, tol, skip_small_newton=True)
             for p in points]  # fmt: skip
     passes = 0
@@ -188,7 +195,6 @@ def streamed_fits(
     logger.info("streamed pooled fit: %d grid points, %d passes over %d partial(s)", n_pts,
                 passes, len(maps))  # fmt: skip
     g_scale = max(float(np.max(np.abs(points))), 1e-300)
-    n_khat = pooled.khat_counts(rows)
     est, jk, rep = {}, {s: {} for s in uniq}, []
     n_used = 0
     for p, f in zip(points, fits, strict=True):
