@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from shearbatch.analysis import bias
+from shearbatch.analysis import bias, stats
 from shearbatch.analysis.extract import read_summary
 from shearbatch.analysis.parts import InMemory, SummaryParts, _seed_key, open_table
 from shearbatch.cli import bias_stats
@@ -72,7 +72,8 @@ def _whole(tmp_path, df: pd.DataFrame) -> InMemory:
 
 
 @pytest.mark.parametrize("estimator", ["paired", "regression"])
-def test_parts_give_the_whole_tables_result_bit_for_bit(tmp_path, estimator):
+def test_parts_give_the_whole_tables_result_bit_for_bit(tmp_path, estimator, monkeypatch):
+    monkeypatch.setattr(stats, "BOOT_CHUNK_CELLS", 60 * 7)  # the bootstrap in chunks too
     df = _campaign()
     whole = bias.measure_bias(_whole(tmp_path, df), estimator=estimator, n_boot=200)
     with _parts(tmp_path, df, 5) as parts:
@@ -168,3 +169,23 @@ def test_bias_stats_splits_a_large_table_and_cleans_up(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "split" / "plots").glob("*.png")) == [
         "coverage.png", "ranks.png", "residuals.png"]  # fmt: skip
     assert list(tmp.iterdir()) == []  # the parts' folder is gone
+
+
+def test_the_bootstrap_in_chunks_draws_the_same_resamples():
+    """The resamples' counts drawn a chunk at a time (bounded memory at 10**5 seeds) are
+    the same draws: the bootstrap's std agrees with one (n_boot, G) array to rounding."""
+    rng = np.random.default_rng(1)
+    sums = rng.normal(1.0, 0.3, size=(3000, 3))
+
+    def fn(s):
+        return s[..., :2] / s[..., 2:3]
+
+    one = stats.group_errors(sums, fn, n_boot=400, seed=3)
+    old = stats.BOOT_CHUNK_CELLS
+    try:
+        stats.BOOT_CHUNK_CELLS = 3000 * 7
+        chunked = stats.group_errors(sums, fn, n_boot=400, seed=3)
+    finally:
+        stats.BOOT_CHUNK_CELLS = old
+    np.testing.assert_allclose(chunked["boot"], one["boot"], rtol=1e-12)
+    assert chunked["n_boot"] == one["n_boot"] == 400

@@ -97,6 +97,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: bootstrap counts drawn at once (resamples x seeds): bounds the bootstrap's memory
+BOOT_CHUNK_CELLS = 8_000_000
 #: weighting schemes of the estimators; ``none`` is the default (see the module docstring)
 WEIGHTS = ("none", "inverse-variance")
 
@@ -242,9 +244,14 @@ def group_errors(
         cov = (g - 1) / g * dev.T @ dev
         out["jackknife_cov"], out["jackknife"] = cov, np.sqrt(np.diag(cov))
     rng = np.random.default_rng(seed)
-    counts = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot)
+    # the resamples' counts a chunk at a time (~64 MB): the same draws in the same order as
+    # one (n_boot, G) array, which at field scale (10**5 seeds) would be gigabytes
+    step = max(1, BOOT_CHUNK_CELLS // g)
+    pvals = np.full(g, 1.0 / g)
+    totals = np.concatenate([rng.multinomial(g, pvals, size=min(step, n_boot - i)) @ sums
+                             for i in range(0, n_boot, step)]) if n_boot else np.zeros((0, sums.shape[1]))  # fmt: skip
     with np.errstate(divide="ignore", invalid="ignore"):
-        boot = fn(counts @ sums)
+        boot = fn(totals)
     ok = np.all(np.isfinite(boot), axis=1)
     out["boot"], out["n_boot"] = boot[ok], int(ok.sum())
     if ok.sum() > 1:
