@@ -525,8 +525,6 @@ def measure_bias(
     ``mode`` without modes, ``inverse-variance`` without finite stds, m undefined in
     both components.
     """
-    from .parts import InMemory
-
     if settings is not None and options:
         raise TypeError("measure_bias: give settings or its fields, not both")
     st = settings if settings is not None else Settings(**options)
@@ -537,7 +535,7 @@ def measure_bias(
         info = rq.REQUIREMENTS[name]
         req = Requirement(name, info["for"], info["source"])
     name, weights, n_boot, seed = req.name, st.weights, st.n_boot, st.seed
-    parts = df if hasattr(df, "frames") else InMemory(df)
+    parts = df if hasattr(df, "frames") else _Whole(df)
     # pass 1: counts, the point estimate, the checks (before any sum)
     scans = [scan_part(part, st.include_unplanned) for part in parts.frames()]
     sc = merge_scope(scans, st.include_unplanned)
@@ -617,6 +615,19 @@ def measure_bias(
 
 
 # ------------------------------------------------------------------ a table in parts
+
+
+class _Whole:
+    """A DataFrame as one part (:class:`shearbatch.analysis.parts.InMemory`'s interface)."""
+
+    n_parts = 1
+
+    def __init__(self, df: Any):
+        self.df = df
+
+    def frames(self) -> Any:
+        yield self.df
+
 
 #: at most about this many usable rows drawn in the residual figure (whole seeds, chosen
 #: by a hash of the seed: the same rows however the table is split)
