@@ -1295,6 +1295,9 @@ FIGURES += [
         (calc(lambda J: J(BENCH + "stages_scale.json", "measured.stats_median.large.galaxies")
               / J(BENCH + "stages_scale.json", "measured.stats_median.small.galaxies"), ".1f"),)),
     # the summary table in seed parts (stats_rows.json)
+    Fig(RM, "at 3 million realizations `bias-stats` peaked at {} MiB, where reading the table whole took {} MiB",
+        BENCH + "stats_rows.json",
+        (j("measured.median.3000000.peak_rss_mib", ".0f"), j("measured.before.peak_rss_mib", ".0f"))),
     *[Fig(BM, "| {} | {} | {} | {} | {} |", BENCH + "stats_rows.json",
           (j(f"measured.median.{n}.rows", ","), j(f"measured.runs.{n}[0].csv_bytes", lambda v: f"{v / 2**30:.2f}"),
            j(f"measured.median.{n}.parts", "d"), j(f"measured.median.{n}.wall_s", ".1f"),
