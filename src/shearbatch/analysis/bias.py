@@ -1,33 +1,28 @@
 """Stage 3: a summary table -> m and c with errors, coverage, SBC and a verdict against a
 requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
 
-:func:`measure_bias` runs these named steps, each a function of this module (or of the
-one it names):
+:func:`measure_bias` runs these steps over the table's parts (a DataFrame is one part):
 
 0. :class:`Settings`: the options (estimator, point estimate, weights, resamples, SBC,
    target sigma_m), each checked there and nowhere else (:class:`BadSetting` names it);
    the requirement comes chosen and resolved
    (:func:`shearbatch.app.stats.choose_requirement`), or as a name resolved here;
-1. :func:`prepare_table`: the current column names, the columns every step needs;
-2. :func:`~shearbatch.analysis.scope.scope`: the rows judged (``in_plan`` false: left
-   out unless ``include_unplanned``) and whether the campaign is unfinished;
-3. :func:`choose_point`: the per-realization point estimate (``mean``, ``median`` or
-   ``mode``; ``auto``: the mode for a MAP campaign, the mean otherwise) and its columns;
-4. :func:`check_truths`, :func:`usable_rows`: finite truths in every ``ok`` row; the
-   ``ok`` rows that pass convergence, the others counted by reason;
-5. :func:`choose_estimator`: ``regression`` (least squares of the estimate on g_true,
-   jackknife over seeds) or ``paired`` (+g/-g twins, bootstrap over seeds);
-6. :func:`fit_bias`: ``g_hat = (1 + m) g_true + c`` per component
-   (:mod:`shearbatch.analysis.stats`), or for an interim-model campaign the population
-   estimator pooled per grid point (:mod:`shearbatch.analysis.pooled`);
-7. :func:`measure_coverage`: 68% and 95% intervals, per component, over seeds;
-8. :func:`calibrate`: simulation-based calibration, when the truths were drawn from the
-   prior (or forced);
-9. :func:`judge`: each criterion three-valued (:func:`shearbatch.analysis.verdict.criteria`)
-   and the verdict; INCONCLUSIVE for an unfinished campaign;
-10. the notes (:func:`design_report`, :func:`warning_counts`, :func:`prior_report`,
-    :func:`noise_bias_note`) and the planning
-    (:func:`shearbatch.analysis.verdict.planning`).
+1. :func:`scan_part` per part (:func:`prepare_table`: the current column names, the
+   required columns; :func:`~shearbatch.analysis.scope.scope`: the rows judged and
+   whether the campaign is unfinished); then, over the whole table, the point estimate
+   (``mean``, ``median`` or ``mode``; ``auto``: the mode for a MAP campaign, the mean
+   otherwise) and its columns checked, and finite truths in every ``ok`` row;
+2. :func:`measure_part` per part: the usable rows (:func:`usable_rows`), the complete
+   rings and pairs, the per-seed sums of ``g_hat = (1 + m) g_true + c`` per component
+   (:mod:`shearbatch.analysis.stats`: regression, paired, constant truth), the coverage
+   and rank counts, the notes' inputs, the host estimators' sums;
+3. merged in seed order: the estimator (``auto``: ``paired`` when there are +g/-g pairs),
+   the fits with errors over seeds (or, for an interim-model campaign, the population
+   estimator pooled per grid point, :mod:`shearbatch.analysis.pooled`), coverage, SBC
+   (when the truths were drawn from the prior, or forced), :func:`judge` (each criterion
+   three-valued, INCONCLUSIVE for an unfinished campaign), the notes
+   (:func:`noise_bias_note`, :func:`warning_counts`) and the planning
+   (:func:`shearbatch.analysis.verdict.planning`).
 
 ``bias-stats`` and :meth:`shearbatch.api.Campaign.stats` both reach it through
 :func:`shearbatch.app.run_stats`.
@@ -57,14 +52,9 @@ from .stats import (
     WEIGHTS,
     Fit,
     complete_rings,
-    coverage,
     error_label,
-    fit_offset,
-    fit_paired,
-    fit_regression,
     has_pairs,
     pair_table,
-    sbc,
 )
 from .verdict import criteria, overall, planning
 
@@ -75,15 +65,9 @@ __all__ = [
     "BadSetting",
     "BiasAnalysis",
     "Settings",
-    "calibrate",
-    "check_truths",
-    "choose_estimator",
-    "choose_point",
     "current_columns",
-    "fit_bias",
     "judge",
     "measure_bias",
-    "measure_coverage",
     "noise_bias_note",
     "prepare_table",
     "usable_rows",
@@ -183,21 +167,6 @@ def _ok_converged(df: Any) -> tuple[Any, Any]:
     return status, conv
 
 
-def prior_report(use: Any) -> dict[str, Any]:
-    """Median predicted pull of the shear prior on the estimates (-m it causes), per
-    component, and whether the campaign is prior-dominated (pull > PRIOR_PULL_MAX)."""
-    out: dict[str, Any] = {"threshold": PRIOR_PULL_MAX}
-    pulls = {}
-    for c in ("g1", "g2"):
-        col = f"prior_shrinkage_{c}"
-        v = use[col].to_numpy(float) if col in use else np.array([])
-        pulls[c] = v[np.isfinite(v)]
-        out[f"shrinkage_{c}"] = campaign_pull({c: pulls[c]})
-    pull = campaign_pull(pulls)
-    out["dominated"] = pull is not None and pull > PRIOR_PULL_MAX
-    return out
-
-
 #: below this matched-filter S/N a point estimate of the joint mode is reported as carrying
 #: noise bias (of order (S/N)^-2; measured per method: :data:`MEASURED`)
 NOISE_BIAS_SNR = 50.0
@@ -247,17 +216,6 @@ def noise_note(estimates: set[str], snr: np.ndarray) -> dict[str, Any] | None:
                        "(docs/results/population_estimator.md)"}  # fmt: skip
 
 
-def design_report(use: Any) -> dict[str, Any]:
-    """The campaign's design as the fit sees it: pairs, rotations per seed, the error
-    groups (seeds) and the rings left out of the fit because a copy is missing."""
-    nrot = use["n_rotations"].to_numpy(float) if "n_rotations" in use.columns else np.array([])
-    nrot = nrot[np.isfinite(nrot)]
-    _, incomplete = complete_rings(use)
-    pairs = "pair_sign" in use.columns and bool(use["pair_sign"].isin([1, -1]).any())
-    return {"paired": pairs, "rotations": int(nrot.max()) if nrot.size else 1,
-            "error_groups": "seed", "incomplete_rings_left_out": incomplete}  # fmt: skip
-
-
 def warning_counts(use: Any) -> dict[str, int]:
     """``{flag: realizations}`` of the warning flags (:data:`shearbatch.core.flags.WARNINGS`)
     among the USED rows (e.g. ``POP_WEIGHTS_COLLAPSED``: a galaxy's population weights
@@ -295,68 +253,8 @@ def usable_rows(df: Any, point: str = "mean") -> tuple[Any, dict[str, int]]:
     return df[keep].reset_index(drop=True), {k: v for k, v in why.items() if v}
 
 
-def resolve_point(df: Any, point: str) -> str:
-    """``auto``: the mode for campaigns of a joint-mode method (MAP; the mean of Laplace
-    draws mapped through a bounded support's transform is not the MAP, and is measurably
-    more biased: docs/validation.md, 'Shear prior'), the posterior mean otherwise."""
-    if point != "auto":
-        return point
-    est = set(df["point_estimate"].dropna().astype(str)) if "point_estimate" in df else set()
-    has_mode = "g1_mode" in df and df["g1_mode"].notna().any()
-    return "mode" if est == {"mode"} and has_mode else "mean"
-
-
-def _check_point(df: Any, point: str) -> None:
-    """``ValueError`` when the ``point`` columns are absent or empty where the mean is not
-    (the name is checked by :class:`Settings`)."""
-    cols = [f"g1_{point}", f"g2_{point}"]
-    missing = [c for c in cols if c not in df.columns]
-    old = " (convergence.json without a mode: an older bias-run)" if point == "mode" else ""
-    if missing:
-        raise ValueError(f"point estimate {point}: missing columns: {', '.join(missing)}; "
-                         "re-run bias-extract or use --point mean")  # fmt: skip
-    status, conv = _ok_converged(df)
-    has_mean = np.isfinite(df[["g1_mean", "g2_mean"]].to_numpy(float)).all(1)
-    empty = (status == "ok").to_numpy() & conv.to_numpy() & has_mean & ~np.isfinite(
-        df[cols].to_numpy(float)).all(1)  # fmt: skip
-    if empty.any():
-        raise ValueError(f"point estimate {point}: {', '.join(cols)} empty in {int(empty.sum())} "
-                         f"converged row(s){old}; use --point mean or median")  # fmt: skip
-
-
 def _col(df: Any, name: str) -> np.ndarray | None:
     return df[name].to_numpy(float) if name in df.columns else None
-
-
-def fit_component(
-    df: Any,
-    comp: str,
-    estimator: str,
-    n_boot: int = 1000,
-    seed: int = 0,
-    *,
-    point: str = "auto",
-    weights: str = "none",
-) -> Fit:
-    """``(m, c)`` of component ``comp`` (``"g1"``/``"g2"``) on usable rows."""
-    t, h, s = (
-        df[f"{comp}_true"].to_numpy(float),
-        df[f"{comp}_{point}"].to_numpy(float),
-        _col(df, f"{comp}_std"),
-    )
-    groups = df["seed"].astype(str).to_numpy()
-    kw = {"weights": weights, "n_boot": n_boot, "seed": seed}
-    if np.ptp(t) <= 1e-12:
-        why = f"{comp}_true is constant ({t[0]:g}) over the campaign: slope undefined"
-        return fit_offset(t, h, s, groups, reason=why, **kw)
-    if estimator == "paired":
-        ip, im = pair_table(df["pair_id"].to_numpy(object), df["pair_sign"].to_numpy(float))
-        sp = None if s is None else s[ip]
-        sm = None if s is None else s[im]
-        if np.all(t[ip] > 0) and np.allclose(t[ip], -t[im]):
-            return fit_paired(t[ip], h[ip], h[im], sp, sm, groups[ip], **kw)
-        logger.info("%s: truth not flipped within pairs; using the grid regression", comp)
-    return fit_regression(t, h, s, groups, **kw)
 
 
 # --------------------------------------------------------------------------- the steps
@@ -370,105 +268,6 @@ def prepare_table(df: Any) -> Any:
     if missing:
         raise ValueError(f"missing columns: {', '.join(missing)}")
     return df
-
-
-def choose_point(df: Any, point: str = "auto") -> str:
-    """Step 3: the point estimate (:func:`resolve_point`), its columns checked."""
-    point = resolve_point(df, point)
-    _check_point(df, point)
-    return point
-
-
-def check_truths(df: Any) -> None:
-    """Step 4: ``ValueError`` when an ``ok`` row's truth is not a finite number."""
-    status = df["status"].fillna("").astype(str)
-    for c in ("g1_true", "g2_true"):
-        bad = (status == "ok").to_numpy() & ~np.isfinite(pd_numeric(df[c]))
-        if bad.any():
-            raise ValueError(f"{c}: not a finite number in {int(bad.sum())} ok row(s) (e.g. "
-                             f"{df['run_id'][bad].iloc[0]}); re-run bias-extract")  # fmt: skip
-
-
-def choose_estimator(use: Any, estimator: str = "auto") -> str:
-    """Step 5: ``auto`` is ``paired`` when the usable rows hold complete +g/-g pairs, else
-    ``regression``; ``ValueError`` for ``paired`` without pairs (the name is checked by
-    :class:`Settings`)."""
-    pairs = "pair_id" in use.columns and "pair_sign" in use.columns and has_pairs(
-        use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))  # fmt: skip
-    if estimator == "auto":
-        return "paired" if pairs else "regression"
-    if estimator == "paired" and not pairs:
-        raise ValueError("estimator paired: no complete +g/-g pairs (pair_id, pair_sign)")
-    return estimator
-
-
-def fit_bias(
-    use: Any,
-    estimator: str,
-    *,
-    point: str,
-    weights: str = "none",
-    n_boot: int = 1000,
-    seed: int = 0,
-    population: Any = None,
-) -> tuple[dict[str, Fit], str, dict[str, Any] | None]:
-    """Step 6: ``(fits, estimator, pooled)``: the :class:`Fit` per component on the
-    complete rings of the usable rows; with ``population`` (an interim-model campaign)
-    the population estimator pooled per grid point, its estimator ``pooled <kind>`` and
-    its report (else None). ``ValueError`` when m is undefined in both components."""
-    ring, _ = complete_rings(use)
-    pooled = None
-    if population is not None and set(use.get("point_estimate", [])) == {"population"}:
-        from .pooled import FIT_COLUMNS, pooled_fits
-        from .streamed import PartialSource, streamed_fits
-
-        # the complete rings' rows with the pooled fit's columns alone: a copy of every
-        # column would hold the whole table once more while the fit streams (issue 43)
-        rows = use.loc[ring, [c for c in FIT_COLUMNS if c in use.columns]]
-        fit = streamed_fits if isinstance(population, PartialSource) else pooled_fits
-        fits, pooled = fit(rows.reset_index(drop=True), population, estimator == "paired")
-        estimator = f"pooled {'paired' if pooled['paired'] else 'regression'}"
-    else:
-        rows = use[ring].reset_index(drop=True)
-        fits = {c: fit_component(rows, c, estimator, n_boot, seed, point=point, weights=weights)
-                for c in ("g1", "g2")}  # fmt: skip
-    if all(f.m is None for f in fits.values()):
-        raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
-                         f"{M_UNDEFINED}")  # fmt: skip
-    return fits, estimator, pooled
-
-
-def measure_coverage(use: Any, acc: dict[str, Any]) -> dict[str, Any]:
-    """Step 7: ``{component: {level: coverage}}`` of the 68% and 95% intervals over the
-    seeds (:func:`shearbatch.analysis.stats.coverage`)."""
-    seeds = use["seed"].astype(str).to_numpy()
-    cov: dict[str, Any] = {}
-    for comp in ("g1", "g2"):
-        cov[comp] = {}
-        for lev, (lo, hi) in COVERAGE_LEVELS.items():
-            if f"{comp}_{lo}" not in use.columns or f"{comp}_{hi}" not in use.columns:
-                cov[comp][lev] = {"skipped": "posterior quantile columns missing"}
-                continue
-            cov[comp][lev] = coverage(use[f"{comp}_true"], use[f"{comp}_{lo}"],
-                                      use[f"{comp}_{hi}"], float(lev), acc["coverage_z"],
-                                      seeds, int(acc["min_seeds"]))  # fmt: skip
-    return cov
-
-
-def calibrate(use: Any, sbc_mode: str = "auto", min_seeds: int = 20) -> dict[str, Any]:
-    """Step 8: SBC per component when ``sbc_mode`` is ``on``, or ``auto`` and every truth
-    was drawn from the prior; else ``{"skipped": why}``."""
-    seeds = use["seed"].astype(str).to_numpy()
-    prior = "truth_from_prior" in use.columns and bool(
-        use["truth_from_prior"].astype(str).str.lower().eq("true").all())  # fmt: skip
-    if sbc_mode == "on" or (sbc_mode == "auto" and prior):
-        return {c: sbc(use[f"rank_{c}"].to_numpy(float), groups=seeds, min_seeds=min_seeds)
-                if f"rank_{c}" in use.columns else {"skipped": f"rank_{c} column missing"}
-                for c in ("g1", "g2")}  # fmt: skip
-    if sbc_mode == "off":
-        return {"skipped": "disabled (--no-sbc)"}
-    return {"skipped": "truths were not drawn from the inference prior (a shear grid); "
-                       "use --sbc to force"}  # fmt: skip
 
 
 def judge(
