@@ -620,16 +620,23 @@ _FLAG_WORDS = {"true": True, "1": True, "1.0": True, "false": False, "0": False,
 
 def read_summary(source: str | Path | io.StringIO) -> Any:
     """A summary table (a path or a text buffer) as ``bias-stats`` reads it: a pandas
-    DataFrame, :data:`TEXT_COLUMNS` as text (an all-empty one other than ``run_id``,
-    ``pair_id`` and ``status`` as float NaN, which is what pandas infers for it),
-    :data:`FLAG_COLUMNS` as nullable booleans, the columns of older versions renamed
+    DataFrame, :data:`TEXT_COLUMNS` as text (pandas' text type: ``str`` on pandas 3,
+    ``object`` on pandas 2; an empty cell is NaN; an all-empty column other than
+    ``run_id``, ``pair_id`` and ``status`` as float NaN, which is what pandas infers for
+    it), :data:`FLAG_COLUMNS` as nullable booleans, the columns of older versions renamed
     (:func:`shearbatch.analysis.bias.current_columns`). ``ValueError`` or ``OSError`` when
     it cannot be read.
 
-    The text columns are parsed as categories and then made text: each distinct value is
-    one string object that its rows share (a status, a method or a config hash is the
-    same in every row), where plain text makes every cell its own string object. A text
-    column whose values all look like numbers (an all-digit config hash) stays text."""
+    The text and flag columns are parsed as text (``dtype=str``), a type given, not
+    inferred, so the table is the same whichever pandas reads it and however its parser
+    cuts a large file into chunks (``low_memory``): as categories, a chunk whose cells are
+    all empty (a run of rows of a campaign stopped by ``--time-limit``) got categories of
+    another type, and pandas 3.0 failed to join the chunks (``union_categoricals``:
+    "dtype of categories must be the same"); pandas 2 made an empty cell the text "nan"
+    when the categories were made text. The parser shares one string object among the
+    equal cells of a chunk, so a repeated status, method or config hash costs a pointer
+    per row, as the categories' did. A text column whose values all look like numbers (an
+    all-digit config hash) stays text."""
     import numpy as np
     import pandas as pd
 
@@ -638,16 +645,14 @@ def read_summary(source: str | Path | io.StringIO) -> Any:
     # the flag columns read as text, then as nullable booleans: a failed realization's
     # empty cell among True / False would otherwise give a column of mixed types in a
     # large table parsed in chunks (pandas' DtypeWarning); "1" / "0" (older tables) too
-    df = pd.read_csv(source, dtype=dict.fromkeys((*TEXT_COLUMNS, *FLAG_COLUMNS), "category"))
+    df = pd.read_csv(source, dtype=dict.fromkeys((*TEXT_COLUMNS, *FLAG_COLUMNS), str))
     for col in (c for c in TEXT_COLUMNS if c in df.columns):
-        cat = df[col]
-        empty = not len(cat.cat.categories) and col not in _ALWAYS_TEXT
-        df[col] = cat.astype(float) if empty else cat.astype("str")
+        if col not in _ALWAYS_TEXT and df[col].isna().all():
+            df[col] = df[col].astype(float)
     for col in (c for c in FLAG_COLUMNS if c in df.columns):
-        cat = df[col].cat
-        look = [_FLAG_WORDS.get(str(w).strip().lower()) for w in cat.categories]
-        df[col] = pd.array(np.array([*look, None], dtype=object)[cat.codes.to_numpy()],
-                           dtype="boolean")  # fmt: skip
+        codes, words = pd.factorize(df[col])  # an empty cell: code -1, the None appended
+        look = [_FLAG_WORDS.get(str(w).strip().lower()) for w in words]
+        df[col] = pd.array(np.array([*look, None], dtype=object)[codes], dtype="boolean")
     return current_columns(df)
 
 

@@ -281,16 +281,25 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
 
 def _is_interim(table: Any, summary: Path) -> bool:
     """Whether a row of the table is an interim-model (population) estimate: of a table in
-    parts, read from its ``point_estimate`` column alone."""
+    parts, read from its ``point_estimate`` column alone, as text (a type given, not
+    inferred per chunk of the parser: :func:`shearbatch.analysis.extract.read_summary`),
+    :data:`_SCAN_ROWS` rows at a time."""
     import pandas as pd
 
     df = getattr(table, "df", None)
-    if df is None:
-        try:
-            df = pd.read_csv(summary, usecols=lambda c: c == "point_estimate", dtype="category")
-        except (ValueError, OSError) as err:
-            raise StageError(f"--input: cannot read {summary}: {err}") from None
-    return bool("point_estimate" in df and (df["point_estimate"] == "population").any())
+    if df is not None:
+        return bool("point_estimate" in df and (df["point_estimate"] == "population").any())
+    try:
+        with pd.read_csv(summary, usecols=lambda c: c == "point_estimate", dtype=str,
+                         chunksize=_SCAN_ROWS) as chunks:  # fmt: skip
+            return any("point_estimate" in c and (c["point_estimate"] == "population").any()
+                       for c in chunks)  # fmt: skip
+    except (ValueError, OSError) as err:
+        raise StageError(f"--input: cannot read {summary}: {err}") from None
+
+
+#: rows of a summary table in parts read at a time to find its point estimates
+_SCAN_ROWS = 2**16
 
 
 def _population(summary: Path, interim: bool) -> Any:
