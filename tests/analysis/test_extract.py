@@ -81,6 +81,7 @@ def test_extract_reports_each_status_and_stats_excludes_them(damaged, tmp_path):
     # unfinished (INCONCLUSIVE, exit 3), and what the complete ones say is on the same line
     assert res.exit_code == 3, res.output
     assert "excluded: status corrupt: 1, status failed: 1, status incomplete: 1" in res.output
+    assert "unfinished: 1 incomplete and 1 corrupt of 12 planned realization(s)" in res.output
     results = json.loads((tmp_path / "st" / "bias_results.json").read_text())
     assert results["n_realizations"] == 12 and results["n_used"] == 9
     assert (results["n_ok"], results["n_failed"], results["n_incomplete"]) == (9, 1, 1)

@@ -275,6 +275,8 @@ def summary_lines(res: BiasResult, results: Path | None = None,
                f"{res.point_estimate}, weights {res.weights}: used {res.n_used} of "
                f"{res.n_realizations} realization(s) ({res.n_seeds} independent seeds); "
                f"excluded: {ex}")  # fmt: skip
+    if sc.unfinished:
+        out.append(_unfinished_line(res, sc))
     if (pr := res.population) is not None:
         points = pr.grid_points or []
         worst = min(p.ess_fraction_min for p in points)
@@ -343,6 +345,18 @@ def summary_lines(res: BiasResult, results: Path | None = None,
     if plot_dir is not None:
         out.append(f"plots: {plot_dir}")
     return out
+
+
+def _unfinished_line(res: BiasResult, sc: Scope) -> str:
+    """One line of an unfinished campaign (:mod:`shearbatch.analysis.scope`): how many
+    planned realizations are not done (incomplete, corrupt), and that the criteria judge the
+    complete ones."""
+    n_incomplete, n_corrupt = res.n_incomplete or 0, res.n_corrupt or 0
+    corrupt = f" and {n_corrupt} corrupt" if n_corrupt else ""
+    return (f"  unfinished: {n_incomplete} incomplete{corrupt} of {sc.n_planned} planned "
+            f"realization(s) (not started, interrupted or damaged; the same bias-run command "
+            f"does them): the criteria judge the {sc.n_complete} complete ones, the verdict is "
+            f"INCONCLUSIVE until the campaign is finished")  # fmt: skip
 
 
 def _numerical_line(points: Sequence[GridPoint], limit: float) -> str:
