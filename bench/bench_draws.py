@@ -225,7 +225,7 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
 def main() -> None:
     ap = h.parser(__doc__, "draws", repeats=1)
     ap.add_argument(
-        "--n", type=int, default=24000, help="galaxies per shear sign drawn (even; ~85% kept)"
+        "--n", type=int, default=24000, help="galaxies per shear sign drawn (even; ~85%% kept)"
     )
     ap.add_argument("--ks", type=int, nargs="+", default=[50, 100, 200, 300, 1000])
     ap.add_argument("--proposals", nargs="+", default=list(PROPOSALS), choices=list(PROPOSALS))

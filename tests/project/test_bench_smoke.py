@@ -177,3 +177,37 @@ def test_cost(tmp_path):
     tol = yaml.safe_load((ROOT / "configs" / "level2.yaml").read_text())["inference"]["map_config"]
     bound = max(1e-3, 2.0 * np.sqrt(2.0 * (tol.get("tol") or 1e-10)))
     assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < bound
+
+
+# --------------------------------------------------------------------------- --help
+
+#: bench/*.py that take no argparse options: a helper module and two table scripts reading
+#: sys.argv themselves
+NO_ARGPARSE = {"_harness.py", "anacal_table.py", "level2_snr_scan.py"}
+
+
+def test_every_bench_script_answers_help():
+    """``python bench/<script>.py --help`` exits 0 for every script with argparse options: a
+    help string with a bare ``%`` (argparse formats help with %-style) crashed it (issue 54
+    item 4: bench_draws.py). In subprocesses, a few at a time (~0.1-3 s each)."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    scripts = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in NO_ARGPARSE)
+    assert len(scripts) > 30, scripts
+    for p in (ROOT / "bench").glob("*.py"):  # the list above stays true
+        uses = "argparse" in p.read_text() or "h.parser(" in p.read_text()
+        assert uses != (p.name in NO_ARGPARSE) or p.name == "_harness.py", p.name
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+
+    def help_of(p: Path) -> tuple[str, int, str]:
+        res = subprocess.run([sys.executable, str(p), "--help"], capture_output=True, text=True,
+                             cwd=ROOT, env=env, timeout=120, check=False)  # fmt: skip
+        return p.name, res.returncode, res.stdout + res.stderr
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(help_of, scripts))
+    bad = {name: out[-600:] for name, rc, out in results if rc != 0 or "usage:" not in out}
+    assert not bad, bad
