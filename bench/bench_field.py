@@ -8,8 +8,10 @@ realizations/s end to end). Both come from the same three CLI stages, timed here
    its realizations/s end to end and after the first batch (the compile), host fraction;
 2. ``level2``: configs/level2.yaml on the 2-D grid +-(0.02, +-0.02) (paired, ring: 8
    images of 32 galaxies per seed), ``campaign.draws: estimator`` (posterior.nc keeps the
-   draws the pooled fit reads, float32), ``--batch-size auto``, ``--time-limit``: the warm
-   batches' host fraction, galaxies/s, bytes per realization;
+   draws the pooled fit reads, float32), ``--batch-size auto`` (or ``--l2-batch N``),
+   ``--time-limit``: the cold start (process start to the end of batch 1, compile
+   included), the warm batches (after the first) counted, their galaxies/s, host fraction
+   and lockstep efficiency, bytes per realization;
 3. ``extract`` (``python -m shearbatch extract``) and ``stats`` (``python -m shearbatch
    stats --requirement lsst-project``): their wall, m1, m2, c1, c2 with errors, the
    verdict, the pooled fits' status, and the importance weights' ESS per galaxy (from a
@@ -19,7 +21,10 @@ Writes into ``--out`` (the device tool's $OUT: at most 8 files come back): field
 record) and field.png (each campaign's batches: wall, device and host time), field.log
 (every stage's output), bias_results.json, summary_compact.csv.gz (one row per
 realization: truth, estimate, flags), and the stats' residuals and coverage plots. Figures are
-printed as they come. ``--cpu-smoke``: tiny sizes on the CPU, to try the script.
+printed as they come; the record's ``headline`` gathers the ones a GPU session reports
+(Level 2 galaxies/s warm, lockstep efficiency, host fraction, cold start, m and c, ESS).
+``--cpu-smoke``: tiny sizes on the CPU, to try the script. ci/gpu_session.sh runs it after
+the gpu test tier (``--skip-l0 --l2-seeds 512 --l2-batch 1024``: 4 batches of 1,024).
 
     python bench/bench_field.py --out $OUT --l2-seeds 5000 --l2-time-limit 240
 """
@@ -44,6 +49,7 @@ import bench_gpu as bg
 GRID2 = ["--shear-grid-g2", "-0.02,0.02"]
 SMOKE_L2 = ["--set", "image.n_objects=4", "--set", "inference.map_config.num_samples=200"]
 PLOTS = ("residuals.png", "coverage.png")  # of the stats' plots/
+RESULT_KEYS = ("m1", "m1_err", "m2", "m2_err", "c1", "c1_err", "c2", "c2_err", "verdict")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -116,6 +122,59 @@ def bg_upper(k: int, n: int) -> float:
     return (p + z * z / (2 * n) + z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5) / den
 
 
+def warm_figures(log: dict[str, Any], fig: dict[str, Any], started: float) -> dict[str, Any]:
+    """The figures of a campaign that :func:`bench_gpu.campaign_figures` leaves out: the
+    cold start (from the process's start to the end of batch 1, compile included; batch 1's
+    writes may still be queued), the warm batches (after the first) counted, their
+    galaxies/s end to end (realizations/s after batch 1 x galaxies per realization) and
+    the lockstep efficiency of each batch as numbers (the Newton steps its lanes needed /
+    the lane-steps its loops ran: 1 when every lane stops together)."""
+    batches = log.get("batches") or []
+    t1 = batches[0].get("t") if batches else None
+    per_s = fig.get("realizations_per_s_after_batch_1")
+    eff = {}
+    for k, v in (log.get("lockstep_efficiency") or {}).items():
+        try:
+            eff[int(k)] = float(str(v).split()[0])
+        except (ValueError, IndexError):
+            continue
+    warm_eff = [v for k, v in eff.items() if k > 1]
+    return {
+        "cold_start_to_batch_1_s": t1 - started if t1 else None,
+        "batch_1_wall_s": batches[0]["wall_s"] if batches else None,
+        "warm_batch_count": max(0, len(batches) - 1),
+        "galaxies_per_s_after_batch_1": (
+            per_s * fig["galaxies_per_realization"] if per_s else None
+        ),
+        "lockstep_efficiency_batch_1": eff.get(1),
+        "lockstep_efficiency_warm_median": h.median(warm_eff) if warm_eff else None,
+        "lockstep_efficiency_warm_min": min(warm_eff) if warm_eff else None,
+    }
+
+
+def headline(res: dict[str, Any], name: str) -> dict[str, Any]:
+    """The figures a GPU session reports (ci/gpu_session.sh), from the record: Level 2's
+    galaxies/s warm (after batch 1, over ``warm_batches`` batches), lockstep efficiency,
+    host fraction, the cold start, m and c with errors, and the importance weights' ESS."""
+    c = res.get(name) or {}
+    r = res.get("result") or {}
+    e = res.get("ess") or {}
+    return {
+        "device": (c.get("device") or {}).get("kind"),
+        "batch_lanes": c.get("batch_lanes"),
+        "realizations": c.get("realizations"),
+        "warm_batches": c.get("warm_batch_count"),
+        "galaxies_per_s_warm": c.get("galaxies_per_s_after_batch_1"),
+        "galaxies_per_s_device_program": c.get("galaxies_per_s_device_program"),
+        "lockstep_efficiency_warm_median": c.get("lockstep_efficiency_warm_median"),
+        "host_fraction_warm_median": c.get("host_fraction_warm_median"),
+        "cold_start_to_batch_1_s": c.get("cold_start_to_batch_1_s"),
+        **{k: r.get(k) for k in RESULT_KEYS},
+        "ess_fraction_median": e.get("ess_fraction_median"),
+        "ess_below_10pct_fraction": e.get("below_10pct_fraction"),
+    }
+
+
 def bytes_per_realization(root: Path, n: int = 50) -> dict[str, float]:
     dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))[:n]
     per = {}
@@ -162,10 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     def campaign(name: str, config: str, root: Path, extra: list[str], timeout: float):
         cmd = _shearbatch("run", "--config", str(h.ROOT / "configs" / config), *extra,
                           "--no-progress", "--output-dir", str(root))  # fmt: skip
+        started = time.time()  # the log's stamps are wall-clock times
         r = run.run(name, cmd, timeout)
         log = bg.parse_log(r["text"])
         fig = bg.campaign_figures(log, 4 if smoke and "level2" in config else
                                   (32 if "level2" in config else 1), r["wall_s"])  # fmt: skip
+        fig.update(warm_figures(log, fig, started))
         fig.update(exit=r["status"], device=log.get("jax"), errors=log["errors"][:5],
                    args=" ".join(extra), command=" ".join(cmd[1:]))  # fmt: skip
         fig.pop("batches", None) if len(fig.get("batches") or []) > 200 else None
@@ -205,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     # 3. extract and stats
     if args.skip_stats:
         res["total_s"] = time.perf_counter() - run.t0
+        res["headline"] = headline(res, args.l2_name)
         save(final=True)
         return 0
     csv_path, stats_dir = root / "summary.csv", tmp / "stats"
@@ -236,14 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         res["ess"] = ess_figures(root, 1 if smoke else args.sample_every)
         print(f"[ess] {json.dumps({k: v for k, v in res['ess'].items() if k != 'by_snr'})}")
     res["total_s"] = time.perf_counter() - run.t0
+    res["headline"] = headline(res, args.l2_name)
+    print(f"[headline] {json.dumps(res['headline'])}", flush=True)
     save(final=True)
     if args.root is None:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def draw(fig: Any, res: dict[str, Any]) -> None:
@@ -263,7 +323,15 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
         ax.set_ylabel("s")
         ax.set_title(f"{name}: {c.get('realizations')} realizations, {c.get('batch_lanes')} "
                      f"lanes per batch\nafter batch 1: "
-                     f"{c.get('realizations_per_s_after_batch_1') or 0:.0f} realizations/s; "
-                     f"warm host fraction {c.get('host_fraction_warm_median') or 0:.2f}",
+                     f"{c.get('realizations_per_s_after_batch_1') or 0:.0f} realizations/s "
+                     f"({c.get('galaxies_per_s_after_batch_1') or 0:.0f} galaxies/s); "
+                     f"warm host fraction {c.get('host_fraction_warm_median') or 0:.2f}\n"
+                     f"cold start to batch 1 {c.get('cold_start_to_batch_1_s') or 0:.0f} s; "
+                     f"lockstep efficiency (warm median) "
+                     f"{c.get('lockstep_efficiency_warm_median') or 0:.2f}",
                      fontsize=9)  # fmt: skip
         ax.legend(fontsize=8)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

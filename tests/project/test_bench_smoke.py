@@ -211,3 +211,102 @@ def test_every_bench_script_answers_help():
         results = list(pool.map(help_of, scripts))
     bad = {name: out[-600:] for name, rc, out in results if rc != 0 or "usage:" not in out}
     assert not bad, bad
+
+
+# --------------------------------------------------------------------------- bench_field.py
+
+
+def _fake_campaign_log(n_batches: int, lanes: int) -> str:
+    """bias-run's log lines that bench_gpu.parse_log reads, stamped from now on."""
+    import datetime
+
+    t = datetime.datetime.now()
+
+    def line(dt: float, msg: str) -> str:
+        s = (t + datetime.timedelta(seconds=dt)).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+        return f"{s} INFO shearbatch.engine.loop: {msg}"
+
+    out = [line(1, "JAX 0.0 on CPU x1 (cpu), x64=True, compilation cache: off"),
+           line(30, f"batch size {lanes} (no memory analysis here)"),
+           line(30, f"campaign: {n_batches * lanes} realizations, {n_batches} batch(es) of "
+                    f"{lanes} lanes, method map, float64, 2 background thread writer(s)")]  # fmt: skip
+    for k in range(1, n_batches + 1):
+        wall = 40.0 if k == 1 else 2.0
+        out += [line(30 + 2 * k, f"batch {k}: lockstep efficiency {0.2 + 0.1 * k}"),
+                line(30 + 2 * k, f"batch {k}/{n_batches}: {lanes} realization(s) in {wall} s "
+                                 f"(simulation 0.2 s, inference 1.5 s, host 0.3 s, wait 0.0 s)")]  # fmt: skip
+    out.append(line(31 + 2 * n_batches, f"campaign done: {n_batches * lanes} ok, 0 failed in 40 s"))
+    return "\n".join(out) + "\n"
+
+
+def test_field_runs_to_its_end_as_a_script(tmp_path, monkeypatch):
+    """``python bench/bench_field.py`` to its last line, as a script (runpy with
+    ``__name__ == "__main__"``): its final save draws field.png with ``draw``, which sat
+    below the main guard, so the script raised NameError at its end (issue 54 item 4). The
+    three CLI stages are canned (a real Level 2 campaign compiles for minutes on a CPU; ci/
+    gpu_session.sh --cpu-smoke runs them for real: tests/project/test_gpu_session.py):
+    bench_gpu.Runner.run answers each command with its log and files. Checks the record's
+    figures (cold start, warm batches, lockstep, headline) and the files it writes."""
+    import runpy
+    import sys
+
+    import bench_gpu
+
+    ran = []
+
+    def fake_run(self, name, cmd, timeout):
+        ran.append(name)
+        arg = {a: cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a.startswith("--")}
+        text = "ok\n"
+        if name == "level2":
+            root = Path(arg["--output-dir"])
+            for i in range(16):  # a realization's convergence.json: the ESS figures read it
+                d = root / f"g1_+0.0200_g2_+0.0200_s{i}"
+                d.mkdir(parents=True)
+                (d / "convergence.json").write_text(json.dumps(
+                    {"importance": {"ess_fraction": [0.05, 0.5, 0.7, 0.9]},
+                     "snr": [15.0, 25.0, 40.0, 80.0]}))  # fmt: skip
+            text = _fake_campaign_log(4, 4)
+        elif name == "extract":
+            Path(arg["--output"]).write_text(
+                "run_id,seed,g1_true,g2_true,g1_mean,g2_mean,g1_std,g2_std,status,flags\n"
+                "g1_+0.0200_g2_+0.0200_s0,0,0.02,0.02,0.01,0.03,0.05,0.05,ok,\n"
+            )
+        elif name == "stats":
+            out = Path(arg["--output-dir"])
+            (out / "plots").mkdir(parents=True)
+            (out / "plots" / "residuals.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+            (out / "bias_results.json").write_text(json.dumps(
+                {"m1": 1e-3, "m1_err": 2e-3, "c1": 0.0, "c1_err": 1e-4, "m2": -1e-3,
+                 "m2_err": 2e-3, "c2": 0.0, "c2_err": 1e-4, "verdict": "INCONCLUSIVE"}))  # fmt: skip
+        self.logs.append(f"===== {name}\n{text}")
+        return {"rc": 0, "status": "ok", "wall_s": 45.0, "timeout_s": timeout, "text": text}
+
+    monkeypatch.setattr(bench_gpu.Runner, "run", fake_run)
+    out = tmp_path / "out"
+    argv = ["bench_field.py", "--out", str(out), "--skip-l0", "--cpu-smoke", "--l2-batch", "4",
+            "--root", str(tmp_path / "roots")]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    with runtime.scoped(), pytest.raises(SystemExit) as end:
+        runpy.run_path(str(ROOT / "bench" / "bench_field.py"), run_name="__main__")
+    assert end.value.code == 0
+    assert ran == ["level2", "extract", "stats"]
+    png = out / "field.png"
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rec = json.loads((out / "field.json").read_text())
+    l2 = rec["level2"]
+    assert l2["n_batches"] == 4 and l2["warm_batch_count"] == 3 and l2["batch_lanes"] == 4
+    assert l2["lockstep_efficiency_batch_1"] == pytest.approx(0.3)
+    assert l2["lockstep_efficiency_warm_median"] == pytest.approx(0.5)
+    assert 30 <= l2["cold_start_to_batch_1_s"] <= 40  # the log's batch 1 ends 32 s after "now"
+    assert l2["galaxies_per_s_after_batch_1"] == pytest.approx(
+        4 * l2["realizations_per_s_after_batch_1"]
+    )
+    head = rec["headline"]
+    assert head["warm_batches"] == 3 and head["m1"] == 1e-3 and head["verdict"] == "INCONCLUSIVE"
+    assert head["ess_fraction_median"] == pytest.approx(0.6)
+    assert head["galaxies_per_s_warm"] == l2["galaxies_per_s_after_batch_1"]
+    assert head["host_fraction_warm_median"] == pytest.approx(0.25)
+    assert {p.name for p in out.iterdir()} == {
+        "field.json", "field.log", "field.png", "bias_results.json", "residuals.png",
+        "summary_compact.csv.gz"}  # fmt: skip
