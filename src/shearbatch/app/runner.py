@@ -56,9 +56,9 @@ def n_complete(plan: Plan) -> int:
                in ("done", "failed") for r in plan.mine)  # fmt: skip
 
 
-def resume_hint(plan: Plan) -> str:
+def resume_hint(plan: Plan, how: str = "the same command") -> str:
     return (f"{n_complete(plan)} of {len(plan.mine)} realization(s) of this task complete; "
-            "re-run the same command to resume")  # fmt: skip
+            f"re-run {how} to resume")  # fmt: skip
 
 
 def record_command(plan: Plan, args: Sequence[str]) -> None:

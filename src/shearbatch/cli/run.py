@@ -71,6 +71,7 @@ def bias_run(**kw: Any) -> int:
     --n-realizations grows the campaign and resumes; without --config, the root's
     config.yaml is read (bias-run --output-dir ROOT resumes ROOT).
     """
+    from ..engine.health import UnhealthyBatch
     from ..io import WriteError
     from ..schema import ConfigError
 
@@ -105,6 +106,10 @@ def bias_run(**kw: Any) -> int:
         except WriteError as err:
             click.echo(f"Error: {err}; {app.resume_hint(plan)}", err=True)
             return 4
+        except UnhealthyBatch as err:  # the batches before it are written; it is not
+            hint = app.resume_hint(plan, "with a smaller --batch-size")
+            click.echo(f"Error: {err}; {hint}", err=True)
+            return 5
     except (ConfigError, app.PlanError) as err:
         raise _fail(str(err)) from None
     report = out.report

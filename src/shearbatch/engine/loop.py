@@ -56,6 +56,7 @@ from ..core.priors import PRIOR_PULL_MAX, campaign_pull
 from ..io import WriterPool, clean_orphans
 from ..io.writer import SerialWriter, Sink, raw_json
 from ..spec import RunSpec
+from .health import UnhealthyBatch, check_batch
 from .records import batch_records, estimator_draws, host_batch
 
 __all__ = [
@@ -66,6 +67,8 @@ __all__ = [
     "Job",
     "Lanes",
     "Program",
+    "ProgramTooWide",
+    "UnhealthyBatch",
     "batch_inputs",
     "build_program",
     "compile_lanes",
@@ -324,8 +327,30 @@ def compile_lanes(program: Any, spec: RunSpec, lanes: int) -> tuple[Any, Program
     im = spec.model.image
     keys = jax.ShapeDtypeStruct((lanes, 2), jnp.uint32)
     obs = jax.ShapeDtypeStruct((lanes, im.n_objects, im.ny, im.nx), jnp.result_type(float))
-    compiled = program.lower(keys, obs).compile()
+    lowered = program.lower(keys, obs)
+    check_elements(lowered, lanes)
+    compiled = lowered.compile()
     return compiled, program_memory(compiled, lanes)
+
+
+class ProgramTooWide(BatchTooLarge):
+    """A batch whose program would hold a tensor past the 32-bit element counts of XLA's
+    kernels (:mod:`shearbatch.core.limits`): one line naming --batch-size."""
+
+
+def check_elements(lowered: Any, lanes: int) -> None:
+    """Raise :class:`ProgramTooWide` when the lowered program of ``lanes`` lanes holds a
+    tensor of more than :data:`~shearbatch.core.limits.MAX_ELEMENTS` elements: on a GPU
+    its inverse FFT would come back unscaled, silently (openxla/xla#45009). Checked on
+    every backend, so that a campaign means the same on each. ~1 s at Level 2."""
+    from ..core.limits import MAX_ELEMENTS, oversized
+
+    if big := oversized(lowered.as_text()):
+        raise ProgramTooWide(
+            f"--batch-size {lanes}: the program would hold a tensor of {big[0].elements:,} "
+            f"elements ({big[0].type}), more than the {MAX_ELEMENTS:,} XLA's GPU kernels "
+            "count (its inverse FFT skips its scaling there: wrong answers, no error, "
+            "openxla/xla#45009); use a smaller --batch-size")  # fmt: skip
 
 
 def plan_lanes(
@@ -703,6 +728,7 @@ class _Run:
         while the device computes: the device waits only for a batch's simulation and its
         copy to the host. Returns why it stopped early (None: it did not)."""
         self.waiter = ThreadPoolExecutor(1, thread_name_prefix="shearbatch-device")
+        self.unhealthy: str | None = None
         landed: Job | None = None
         stopped = None
         try:
@@ -713,9 +739,15 @@ class _Run:
                 job = self.launch(ib, batch)
                 if landed is not None:
                     self.finish(landed)
+                    landed = None
                 job = self.land(job)
                 job.wall = time.perf_counter() - job.t0 + (self.t_plan if not self.times else 0.0)
                 self.times.append(job.wall)
+                # a batch a healthy program never gives is not written (engine/health.py)
+                if (bad := check_batch(job.draws, len(job.batch), ib, len(self.batches),
+                                       self.batch_size)) is not None:  # fmt: skip
+                    self.unhealthy, stopped = bad, "unhealthy"
+                    break
                 landed = job
             if landed is not None:
                 self.finish(landed)
@@ -747,7 +779,7 @@ class _Run:
                            "a median %.2g of the shear (m shifted by about -%.2g); use the default "
                            "flat prior (gal.shear.type: UniformDisk) for calibration campaigns",
                            pull, pull)  # fmt: skip
-        if stopped:
+        if stopped and stopped != "unhealthy":
             logger.warning("stopped before batch %d of %d (%s)", len(self.times) + 1,
                            len(self.batches), stopped)  # fmt: skip
         logger.info("campaign done: %d ok, %d failed in %.1f s", n_ok, len(failed), wall)
@@ -773,13 +805,19 @@ def run(
     already queued finish. With ``stop``, the log says when the last batch is next
     (``next: batch k/k, the last``), before the check that would stop it: a signal logged
     after that line came after the last check and stops no batch
-    (tests/guarantees/test_interrupts.py). A write that fails raises
+    (tests/guarantees/test_interrupts.py). A batch whose results a healthy program never
+    gives (:func:`~shearbatch.engine.health.check_batch`: most of its galaxies' importance
+    weights collapsed) raises :class:`~shearbatch.engine.health.UnhealthyBatch` (one
+    line) once the batches before it are written; it is not written. A write that fails raises
     :class:`~shearbatch.io.WriteError` (one line) once the writes in flight have ended;
     every realization is then complete or absent. Every ``convergence.json`` records the
     provenance next to its seed, batch size and config hash (the code version,
     :func:`~shearbatch._version.code_version`, also without it)."""
     eng = _Run(spec, list(realizations), execution, simulate_fn)
-    return eng.close(eng.loop())
+    report = eng.close(eng.loop())
+    if eng.unhealthy is not None:  # the batches before it written, it absent
+        raise UnhealthyBatch(eng.unhealthy)
+    return report
 
 
 def run_campaign(

@@ -679,6 +679,20 @@ def fit(
 DRAW_CHUNK = 50
 
 
+def draws_lane_width(posterior, obs: jax.Array, settings: MapConfig) -> int:
+    """The most lanes whose draws stage (:func:`interim_fit`'s per-galaxy log targets of
+    ``min(DRAW_CHUNK, num_samples)`` draws at a time, vmapped over the lanes) keeps every
+    tensor within :data:`shearbatch.core.limits.MAX_ELEMENTS`: one draw's largest tensor
+    (traced on shapes, ~0.1 s at Level 2) x the draws evaluated together. ``obs``: the
+    batch's stamps (lanes, M, H, W) or one realization's."""
+    from ..limits import lanes_within, largest_elements
+
+    one_obs = jax.ShapeDtypeStruct(obs.shape[-3:], obs.dtype)
+    x = jax.ShapeDtypeStruct(posterior.x0.shape, obs.dtype)
+    per_draw = largest_elements(lambda x_, o: galaxy_log_target(posterior, x_, o), x, one_obs)
+    return lanes_within(per_draw * min(DRAW_CHUNK, settings.num_samples))
+
+
 def galaxy_log_target(posterior, x: jax.Array, obs: jax.Array) -> jax.Array:
     """Per-galaxy ``log p(d_j, theta_j) + log |dT/dx|_j`` (M,) of a model whose galaxies are
     independent (the interim model: no shear site), at ONE unconstrained point ``x``.
@@ -824,6 +838,7 @@ def fit_batch(
     draws, weights and records are computed as for a realization fitted alone.
     ``objective``: the one ``fit_one`` fits (None: ``posterior.mode_fn``; checked)."""
     from ..batching import in_chunks, refill_lanes
+    from ..limits import in_lane_pieces
 
     objective = posterior.mode_fn if objective is None else objective
     n = obs.shape[0]
@@ -834,7 +849,13 @@ def fit_batch(
         with given_fit(opt_r, h_r, objective):
             return fit_one(key, o, posterior)
 
-    draws = (in_chunks(jax.vmap(one), chunk) if chunk else jax.vmap(one))(keys, obs, opt, h)
+    # the draws stage in pieces of lanes small enough that no tensor of it passes XLA's
+    # 32-bit element counts (core/limits.py: its GPU inverse FFT skips its 1/N scaling
+    # there, openxla/xla#45009): on a GPU's unchunked batch of 4,096 lanes, 2 pieces
+    # (a passthrough below that width: the CPU's chunks of 4 lanes are unchanged)
+    vone = in_chunks(jax.vmap(one), chunk) if chunk else jax.vmap(one)
+    width = draws_lane_width(posterior, obs, settings)
+    draws = in_lane_pieces(vone, width)(keys, obs, opt, h)
     share = jnp.full((n,), executed / n, obs.dtype)
     info = draws.info._replace(lane_steps=share, refill_lanes=jnp.full((n,), lanes))
     return draws._replace(info=info)
