@@ -16,8 +16,11 @@ reached):
   the same bound;
 - in float32 the Newton decrement reaches the float floor of U (~1e-6 at 32 galaxies)
   above the tolerance: such a fit ran all 200 steps and now stops after ``STALL_STEPS``
-  steps without progress; its decrement says whether it converged (seed 20001: three at
-  the floor, converged; seed 20007: one, OPT_NOT_CONVERGED at a half-decrement of 1e-4);
+  steps without progress; its decrement says whether it converged. Which of seeds 20001
+  and 20007's 16 images reach the floor is the CPU's rounding to decide (4 on the machine
+  the rule was measured on, 3 on an AMD EPYC, 2 on an Intel Xeon: seed 20007's
+  OPT_NOT_CONVERGED one at a half-decrement of 2e-4 on each), so the rule is checked on
+  whichever do, and at least one must;
 - fits that converged before take the same steps to the same mode: the same fit, bit for
   bit (mode, Laplace factor, widths, decrement);
 - the Laplace factor, decrement and gradient norm reported are those of the point
@@ -191,25 +194,24 @@ def test_fits_that_converged_before_take_the_same_steps_to_the_same_mode(case, r
 
 
 def test_float32_stops_at_the_float_floor_and_its_decrement_decides(floor32):
-    """The images at the float floor ran all 200 steps before (seed 20001's three,
-    converged by their decrement; seed 20007's one, not); now each stops after
-    STALL_STEPS Newton steps without progress, the stopping rule not met, flagged
-    OPT_NOT_CONVERGED exactly when its decrement is above DECREMENT_TOL, as before; the
-    converged ones at the same mode to within their decrement."""
+    """The images at the float floor (those that ran all 200 steps before: which they are
+    is the CPU's rounding to decide, so none is named) now each stop after STALL_STEPS
+    Newton steps without progress, the stopping rule not met, flagged OPT_NOT_CONVERGED
+    exactly when its decrement is above DECREMENT_TOL, as before; the converged ones at
+    the same mode to within their decrement. At least one image must reach the floor
+    (else the rule is untested), and none runs the whole budget now."""
     before, now = floor32
     floor = [(b, a) for b, a in zip(before, now, strict=True) if b.steps == STEPS + 1]
-    assert {b.run_id: b.flagged for b, _ in floor} == {
-        "g1_-0.0200_g2_+0.0200_s20001": False,
-        "g1_+0.0200_g2_+0.0200_s20001": False,
-        "g1_-0.0200_g2_-0.0200_s20001": False,
-        "g1_-0.0200_g2_+0.0200_s20007": True,
-    }
+    assert floor, "no float32 image of seeds 20001, 20007 reached the float floor: rule untested"
+    assert max(a.steps for a in now) <= STEPS  # the budget's final iteration never reached
     for b, a in floor:
+        assert not b.optimizer["stopping_rule_met"], b.run_id  # at the floor, above tol
         assert a.lap.opt.x.dtype == np.float32
         newton = a.steps - int(a.lap.opt.gn_steps)
         assert map_.STALL_STEPS < newton <= 2 * map_.STALL_STEPS, a.run_id
         assert not a.optimizer["stopping_rule_met"] and a.flagged is b.flagged, a.run_id
         assert a.flagged is (float(a.lap.decrement) > map_.DECREMENT_TOL), a.run_id
+        assert a.flagged is not a.optimizer["converged"], a.run_id
         if not a.flagged:  # converged at the floor
             assert bool(a.lap.ok) and np.all(np.isfinite(np.asarray(a.lap.std)))
             dx = np.abs(np.asarray(a.lap.opt.x) - np.asarray(b.lap.opt.x)) / np.asarray(b.lap.std)
