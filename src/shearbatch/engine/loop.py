@@ -207,6 +207,10 @@ class BatchTooLarge(ValueError):
     """Not even the smallest batch fits the memory budget: one line naming the flag."""
 
 
+#: a CPU batch wider than this in one vmap (no lane chunk) is warned about: XLA's CPU FFT
+#: deadlocked once in a 4,096-lane one (docs/design.md)
+CPU_WIDE_LANES = 256
+
 #: ``--batch-size auto`` never plans more lanes than this (a batch this wide already keeps
 #: a GPU busy; wider ones only delay the first written realization)
 AUTO_MAX_LANES = 4096
@@ -583,6 +587,13 @@ class _Run:
         self.t_plan = time.perf_counter() - t_plan
         logger.info("%s", lanes.why)
         self.batch_size = lanes.batch
+        if (self.chunk is None and lanes.width > CPU_WIDE_LANES
+                and jax.default_backend() == "cpu" and "xla_cpu_multi_thread_eigen=false"
+                not in os.environ.get("XLA_FLAGS", "")):  # fmt: skip
+            logger.warning("%d lanes in one vmap on the CPU (--lane-chunk off): XLA's CPU FFT "
+                           "has deadlocked at such widths (docs/design.md); --lane-chunk auto "
+                           "or XLA_FLAGS=--xla_cpu_multi_thread_eigen=false avoids it",
+                           lanes.width)  # fmt: skip
         self.batches = make_batches(self.todo, self.batch_size)
         self.per_device = lanes.width // self.n_dev
         self.width: int | None
