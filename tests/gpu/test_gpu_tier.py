@@ -24,12 +24,24 @@ GPU runs with ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` so that several share the 
 (c) bias-stats / bias-extract run on a GPU node: on a Level 0 campaign of 144 realizations
     (more than the 2 x 64 directories above which extraction reads in worker processes),
     from a parent process that has initialised JAX on the GPU (its default preallocation:
-    75% of the device), exit 0, 1 or 3 (a verdict), no BrokenProcessPool.
+    75% of the device), exit 0, 1 or 3 (a verdict), no BrokenProcessPool;
+(d) Level 2 as users run it (issue 54 item 4): configs/level2.yaml with ``--batch-size
+    auto`` and ``campaign.draws=estimator`` on 1,025 seeds (x 4 images: 4,100 realizations,
+    more than ``AUTO_MAX_LANES``, so that auto is bounded by its own limits, its cap or the
+    GPU's memory, never by the realizations to run: the log's "batch size auto: N lanes
+    (bound: ...)"; ``SHEARBATCH_GPU_AUTO_REALIZATIONS`` sets the seeds);
+    8 of its seeds spread over the lanes (the first, the last lanes of a 4,096-lane batch,
+    the second batch) rerun on the CPU at batch 4 (array tasks of the same plan: one seed
+    each), both sides through ``bias-extract``: per realization the same status, g1 and g2
+    (mean and sd) within 0.1 posterior sd, the importance weights' ESS alike and the same
+    galaxies' weights flagged (Pareto k-hat, POP_WEIGHTS_COLLAPSED) up to a k-hat at its
+    threshold; no realization with the weights of half its galaxies or more flagged.
 
 Skipped with the reason where JAX sees no GPU; ``SHEARBATCH_REQUIRE_GPU=1`` (set by
-ci/gpu_check.sh) makes that a failure instead. ``SHEARBATCH_GPU_TIER_ON_CPU=1`` runs the
-"GPU" side on the CPU too, to try the tier's own plumbing on a machine without a GPU
-(it then proves nothing about a GPU).
+ci/gpu_check.sh and ci/gpu_session.sh) makes that a failure instead.
+``SHEARBATCH_GPU_TIER_ON_CPU=1`` runs the "GPU" side on the CPU too, to try the tier's own
+plumbing on a machine without a GPU (it then proves nothing about a GPU); (d) then runs 2
+seeds unless ``SHEARBATCH_GPU_AUTO_REALIZATIONS`` says otherwise.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -48,6 +61,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shearbatch.engine import AUTO_MAX_LANES
 from tests.conftest import OPTIMIZER_SD_TOL, max_diff_sd
 
 pytestmark = pytest.mark.gpu
@@ -58,6 +72,23 @@ TIMEOUT_S = float(os.environ.get("SHEARBATCH_GPU_TEST_TIMEOUT", "420"))  # per s
 ON_CPU = os.environ.get("SHEARBATCH_GPU_TIER_ON_CPU") == "1"  # plumbing check only
 
 GRID2 = "-0.05 -0.02 0.02 0.05"
+#: (d): seeds of configs/level2.yaml (paired x 2 rotations: 4 realizations each) run at
+#: ``--batch-size auto``; 1025 x 4 = 4100 > AUTO_MAX_LANES (4096), so that auto picks the lanes
+#: a campaign of any size gets on this GPU. 2 on the CPU (the plumbing), unless set.
+AUTO_L2_SEEDS = int(os.environ.get("SHEARBATCH_GPU_AUTO_REALIZATIONS") or (2 if ON_CPU else 1025))
+AUTO_L2 = f"--set campaign.draws=estimator --n-realizations {AUTO_L2_SEEDS}"
+
+
+def sample_seeds(n: int, k: int = 8) -> list[int]:
+    """``k`` of the seeds ``0..n-1`` spread over the lanes of (d)'s campaign (seed s holds
+    lanes 4s..4s+3 of the plan): every one up to ``k``; else the first, the last, the one
+    before it (the last lanes of a first batch of 4096) and evenly between."""
+    if n <= k:
+        return list(range(n))
+    picks = {round(i * (n - 1) / (k - 2)) for i in range(k - 1)} | {n - 2}
+    return sorted(picks)[:k]
+
+
 #: name -> (config, extra bias-run arguments); each runs on "gpu" and/or "cpu"
 CAMPAIGNS = {
     # 4 x 4 grid x 9 seeds = 144 realizations in 3 batches: (a) Level 0 and (c) bias-stats
@@ -88,7 +119,17 @@ CAMPAIGNS = {
     ),
     # (b) the batch auto picks for 16 Level 0 realizations on the GPU's free memory
     "auto": ("level0", f"--shear-grid {GRID2} --n-realizations 4 --batch-size auto"),
+    # (d) Level 2 at the batch auto picks: more realizations than its cap
+    "level2_auto": ("level2", f"{AUTO_L2} --batch-size auto"),
+    # (d) a sample of its seeds at batch 4: array tasks of the same plan, one seed each (one
+    # root, one campaign.json); run one after the other (CHAINS), the first compiles
+    "level2_sample": (
+        "level2",
+        f"{AUTO_L2} --batch-size 4 --array-task-count {AUTO_L2_SEEDS} --array-task-id {{task}}",
+    ),
 }
+#: campaigns run as several bias-run commands in turn: the format arguments of each
+CHAINS = {"level2_sample": [{"task": str(s)} for s in sample_seeds(AUTO_L2_SEEDS)]}
 #: the campaigns each test needs (by the fixture names its test uses)
 NEEDS = {
     "level0": [("level0", "gpu"), ("level0", "cpu")],
@@ -98,6 +139,7 @@ NEEDS = {
     "refuse": [("refuse", "gpu")],
     "auto": [("auto", "gpu")],
     "stats_campaign": [("level0", "gpu")],
+    "level2_auto": [("level2_auto", "gpu"), ("level2_sample", "cpu")],
 }
 
 
@@ -175,8 +217,11 @@ class Run:
     def start(self, **fmt: str) -> None:
         config, extra = CAMPAIGNS[self.name]
         config = ROOT / "configs" / f"{config}.yaml"
-        args = [sys.executable, "-m", "shearbatch", "run", "--config", str(config),
-                *extra.format(**fmt).split(), "--no-progress", "--output-dir", str(self.root)]  # fmt: skip
+        cmds = [[sys.executable, "-m", "shearbatch", "run", "--config", str(config),
+                 *extra.format(**fmt, **each).split(), "--no-progress", "--output-dir",
+                 str(self.root)] for each in CHAINS.get(self.name, [{}])]  # fmt: skip
+        # a chain: one command after the other in one shell, stopping at the first failure
+        args = cmds[0] if len(cmds) == 1 else ["bash", "-c", " && ".join(map(shlex.join, cmds))]
         self.t0 = time.perf_counter()
         # a compilation cache of its own: runs that compile the same program at once never
         # read each other's half-written entries (the guard reuses the refused run's)
@@ -280,6 +325,11 @@ def refuse(runs):
 @pytest.fixture(scope="module")
 def auto(runs):
     return runs[("auto", "gpu")]
+
+
+@pytest.fixture(scope="module")
+def level2_auto(runs):
+    return runs[("level2_auto", "gpu")], _ok(runs, "level2_sample", "cpu")
 
 
 @pytest.fixture(scope="module")
@@ -481,3 +531,121 @@ def test_bias_stats_and_extract_run_on_a_gpu_node(stats_campaign, tmp_path):
     out = res.stdout + res.stderr
     assert res.returncode == 0 and "BrokenProcessPool" not in out, out[-4000:]
     assert len((tmp_path / "summary.csv").read_text().splitlines()) == n + 1
+
+
+# --------------------------------------------------------------------------- (d)
+
+#: (d)'s bound, in posterior sd, on |g_gpu - g_cpu| (each realization's pooled-fit g1, g2) and
+#: on |log(sd_gpu / sd_cpu)|. The same keys give the same images and the same draws: MAP +
+#: Laplace fits that stop at configs/level2.yaml's half Newton decrement (map_config.tol =
+#: 1e-5) leave each side's proposal centre within sqrt(2 x 1e-5) = 0.0045 posterior sd of
+#: the mode, so two sides' centres differ by at most ~0.009 sd (and the importance weights
+#: correct most of that): 0.1 is ten times it. Another realization's g (a wrong seed, a lane
+#: mixed up) is typically ~1.4 sd away (two independent estimates).
+AUTO_SD_TOL = 0.1
+#: bounds on the importance weights' ESS fractions (convergence.json "importance"): the
+#: median over a realization's galaxies and each galaxy's. The same draws under weights that
+#: move by the centres' ~0.01 sd change a fraction by ~1e-3; a galaxy whose weights hang on a
+#: few tail draws moves more, hence the looser per-galaxy bound.
+AUTO_ESS_MEDIAN_TOL, AUTO_ESS_GALAXY_TOL = 0.02, 0.1
+#: galaxies of a realization whose weights' Pareto k-hat is above its threshold on one side
+#: and not on the other: the same draws give the same k-hat up to the weights' ~1e-3 moves,
+#: which can tip a k-hat sitting at the threshold (0.565 at 200 draws)
+AUTO_KHAT_FLIPS = 2
+
+
+def _extract(root: Path, out: Path) -> dict[str, dict[str, str]]:
+    """``python -m shearbatch extract`` of ``root`` (on the CPU: it needs no device): the
+    summary rows by run_id."""
+    import csv
+
+    cmd = [sys.executable, "-m", "shearbatch", "extract", "--input-dir", str(root), "--output",
+           str(out), "--no-progress"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env("cpu"),
+                         timeout=TIMEOUT_S, check=False)  # fmt: skip
+    assert res.returncode == 0, f"extract {root.name}: exit {res.returncode}\n{res.stderr[-3000:]}"
+    with open(out, newline="") as fh:
+        return {row["run_id"]: row for row in csv.DictReader(fh)}
+
+
+def _importance(root: Path, run_id: str) -> np.ndarray:
+    """The per-galaxy ESS fractions of the importance weights (convergence.json)."""
+    c = json.loads((root / run_id / "convergence.json").read_text())
+    imp = c.get("importance") or (c.get("diagnostics") or {}).get("importance") or {}
+    return np.asarray(imp.get("ess_fraction") or [], float)
+
+
+def _collapsed(rows: dict[str, dict[str, str]]) -> tuple[int, int, int]:
+    """Realizations flagged POP_WEIGHTS_COLLAPSED, galaxies whose weights' Pareto k-hat is
+    above its threshold (``pop_n_khat_high``), galaxies."""
+    flagged = sum("POP_WEIGHTS_COLLAPSED" in (r.get("flags") or "") for r in rows.values())
+    ok = [r for r in rows.values() if r["status"] == "ok"]
+    high = sum(int(float(r.get("pop_n_khat_high") or 0)) for r in ok)
+    return flagged, high, sum(int(float(r.get("pop_n_galaxies") or 0)) for r in ok)
+
+
+def test_level2_at_the_auto_batch_agrees_with_the_cpu(level2_auto, tmp_path):
+    run, cpu_root = level2_auto
+    if why := _guard_interface():
+        pytest.skip(why)
+    gpu_root = run.ok()
+    log = run.text()
+    picked = re.search(r"batch size auto: (\d+) lanes \(bound: ([^;]+);", log)
+    assert picked, log[-4000:]
+    lanes, bound = int(picked[1]), picked[2]
+    print(picked[0])
+    n_real = 4 * AUTO_L2_SEEDS
+    camp = re.search(r"campaign: (\d+) realizations, (\d+) batch\(es\) of (\d+) lanes", log)
+    assert camp and int(camp[1]) == n_real and int(camp[3]) == lanes, log[-4000:]
+    if n_real > AUTO_MAX_LANES:  # the size users run: auto's own bound, not the campaign's
+        assert bound != "the realizations to run", picked[0]
+        assert lanes == AUTO_MAX_LANES if bound.startswith("the cap") else lanes <= AUTO_MAX_LANES
+    else:
+        print(f"(d) at {n_real} realizations (SHEARBATCH_GPU_AUTO_REALIZATIONS): auto is "
+              f"bounded by them; the lanes of the real size are not checked")  # fmt: skip
+
+    gpu = _extract(gpu_root, tmp_path / "gpu.csv")
+    cpu = _extract(cpu_root, tmp_path / "cpu.csv")
+    assert len(gpu) == n_real, (len(gpu), n_real)
+    failed = [k for k, r in gpu.items() if r["status"] != "ok"]
+    assert len(failed) <= 0.01 * n_real, failed[:20]
+    seeds = sample_seeds(AUTO_L2_SEEDS)
+    assert len(cpu) == 4 * len(seeds) and set(cpu) <= set(gpu), sorted(set(cpu) - set(gpu))
+    worst = {"mean": 0.0, "sd": 0.0, "ess_median": 0.0, "ess_galaxy": 0.0, "khat_high": 0}
+    for run_id, c in sorted(cpu.items()):
+        g = gpu[run_id]
+        assert g["status"] == c["status"], (run_id, g["status"], c["status"])
+        if c["status"] != "ok":
+            continue
+        for s in ("g1", "g2"):
+            mg, mc = float(g[f"{s}_mean"]), float(c[f"{s}_mean"])
+            sg, sc = float(g[f"{s}_std"]), float(c[f"{s}_std"])
+            assert np.isfinite([mg, mc, sg, sc]).all() and sc > 0, (run_id, s, g, c)
+            worst["mean"] = max(worst["mean"], abs(mg - mc) / sc)
+            worst["sd"] = max(worst["sd"], abs(math.log(sg / sc)))
+        eg, ec = _importance(gpu_root, run_id), _importance(cpu_root, run_id)
+        assert eg.shape == ec.shape and ec.size, (run_id, eg.shape, ec.shape)
+        worst["ess_median"] = max(worst["ess_median"], abs(np.median(eg) - np.median(ec)))
+        worst["ess_galaxy"] = max(worst["ess_galaxy"], float(np.max(np.abs(eg - ec))))
+        dk = abs(int(float(g["pop_n_khat_high"])) - int(float(c["pop_n_khat_high"])))
+        worst["khat_high"] = max(worst["khat_high"], dk)
+    (fg, hg, ng), (fc, hc, nc) = _collapsed(gpu), _collapsed(cpu)
+    print(f"level 2 at {lanes} lanes ({camp[2]} batch(es) of {n_real} realizations, "
+          f"{run.wall_s:.0f} s) vs the CPU at 4 lanes: {len(cpu)} realizations of seeds "
+          f"{seeds}: max |g diff| {worst['mean']:.2e} sd, max |log sd ratio| "
+          f"{worst['sd']:.2e}, max |ESS fraction diff| {worst['ess_median']:.2e} (median) "
+          f"{worst['ess_galaxy']:.2e} (galaxy), max |k-hat-high galaxies diff| "
+          f"{worst['khat_high']}; flagged POP_WEIGHTS_COLLAPSED: {fg} of {len(gpu)} "
+          f"realizations, k-hat above threshold: {hg} of {ng} galaxies (GPU); {fc} of "
+          f"{len(cpu)}, {hc} of {nc} (CPU sample); failed: {len(failed)}")  # fmt: skip
+    assert worst["mean"] <= AUTO_SD_TOL and worst["sd"] <= AUTO_SD_TOL, worst
+    assert worst["ess_median"] <= AUTO_ESS_MEDIAN_TOL, worst
+    assert worst["ess_galaxy"] <= AUTO_ESS_GALAXY_TOL, worst
+    # the same draws flag the same galaxies, up to a k-hat at its threshold
+    assert worst["khat_high"] <= AUTO_KHAT_FLIPS, worst
+    # no realization collapsed in the majority of its galaxies (at 200 draws per galaxy a
+    # realization with one k-hat-high galaxy in 32 is common: the flag alone is no failure)
+    majority = [k for k, r in gpu.items() if r["status"] == "ok"
+                and 2 * float(r["pop_n_khat_high"]) >= float(r["pop_n_galaxies"])]  # fmt: skip
+    assert not majority, majority[:20]
+    assert 2 * hg < ng, (hg, ng)
