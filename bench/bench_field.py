@@ -24,7 +24,8 @@ realization: truth, estimate, flags), and the stats' residuals and coverage plot
 printed as they come; the record's ``headline`` gathers the ones a GPU session reports
 (Level 2 galaxies/s warm, lockstep efficiency, host fraction, cold start, m and c, ESS).
 ``--cpu-smoke``: tiny sizes on the CPU, to try the script. ci/gpu_session.sh runs it after
-the gpu test tier (``--skip-l0 --l2-seeds 512 --l2-batch 1024``: 4 batches of 1,024).
+the gpu test tier (``--skip-l0 --l2-seeds 256 --l2-batch 512 --l2-time-limit none``: 4
+batches of 512).
 
     python bench/bench_field.py --out $OUT --l2-seeds 5000 --l2-time-limit 240
 """
@@ -57,7 +58,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, required=True, help="where the record goes")
     ap.add_argument("--l0-realizations", type=int, default=16384)
     ap.add_argument("--l2-seeds", type=int, default=5000, help="seeds (8 images each)")
-    ap.add_argument("--l2-time-limit", default="240", help="bias-run --time-limit of level2")
+    ap.add_argument(
+        "--l2-time-limit",
+        default="240",
+        help="bias-run --time-limit of level2; 'none': none (bias-run then starts batch 2 only "
+        "if 1.5x batch 1, compile included, fits before the limit)",
+    )
+    ap.add_argument(
+        "--stats-reserve-s",
+        type=float,
+        default=120.0,
+        help="budget kept for extract and stats: level2 is stopped this long before its end",
+    )
     ap.add_argument("--l2-batch", default="auto")
     ap.add_argument(
         "--l2-set",
@@ -251,11 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     # 2. Level 2 on the 2-D grid, the estimator's draws only
     root = tmp / "l2"
     seeds = 2 if smoke else args.l2_seeds
+    limit = [] if args.l2_time_limit.lower() == "none" else ["--time-limit", args.l2_time_limit]
     l2_args = [*GRID2, "--set", "campaign.draws=estimator", "--n-realizations", str(seeds),
-               "--batch-size", args.l2_batch, "--time-limit", args.l2_time_limit,
+               "--batch-size", args.l2_batch, *limit,
                *(SMOKE_L2 if smoke else []), *(a for kv in args.l2_set for a in ("--set", kv))]  # fmt: skip
+    reserve = 15 if args.skip_stats else args.stats_reserve_s
     l2 = campaign(args.l2_name, "level2.yaml", root, l2_args,
-                  timeout=max(30, run.left() - (15 if args.skip_stats else 120)))  # fmt: skip
+                  timeout=max(30, run.left() - reserve))  # fmt: skip
     l2["bytes_per_realization"] = bytes_per_realization(root) if root.is_dir() else None
     res[args.l2_name] = l2
     print(f"[{args.l2_name}] {l2.get('realizations')} realizations "
@@ -272,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     csv_path, stats_dir = root / "summary.csv", tmp / "stats"
     r = run.run("extract", _shearbatch("extract", "--input-dir", str(root), "--output",
                                        str(csv_path), "--no-progress"),
-                max(20, run.left() - 60))  # fmt: skip
+                max(30, run.left() - 45))  # fmt: skip
     res["extract"] = {"status": r["status"], "wall_s": r["wall_s"]}
     save()
     if csv_path.is_file():
