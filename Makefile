@@ -11,7 +11,7 @@ OUT    ?= results/demo
 CONSTRAINTS ?= constraints.txt
 PIN    := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 
-.PHONY: help demo test test-slow test-slurm test-gpu lint docs constraints clean
+.PHONY: help demo test test-slow test-slurm test-gpu gpu-session lint docs constraints clean
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -65,6 +65,15 @@ test-slurm: $(VENV)/.installed-test  ## the SLURM tier (pytest -m slurm; skipped
 # where JAX sees no GPU). On a node without network: ci/gpu_check.sh (carried wheels).
 test-gpu: $(VENV)/.installed-test  ## the GPU tier (pytest -m gpu; skipped without a GPU)
 	$(BIN)/python -m pytest -q -m gpu tests/gpu -rs --durations=10
+
+# Everything a lent GPU should measure, as one command within 8 minutes of device time
+# (ci/gpu_session.sh): the gpu tier (Level 2 at the batch --batch-size auto picks against
+# the CPU included), then bench/bench_field.py (Level 2 as users run it: galaxies/s of warm
+# batches, lockstep efficiency, host fraction, cold start, m, c and ESS), written to
+# results/benchmarks/gpu_session/ ($$OUT under the device tool). `make gpu-session
+# ARGS=--cpu-smoke` runs the same steps on the CPU at tiny sizes into a temporary directory.
+gpu-session: $(VENV)/.installed-test  ## the gpu tier + Level 2 figures, one script, <= 8 min on a GPU
+	PYTHON=$(BIN)/python bash ci/gpu_session.sh $(ARGS)
 
 lint: $(VENV)/.installed-test  ## ruff check + format check
 	$(BIN)/ruff check src tests bench
