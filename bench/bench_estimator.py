@@ -198,13 +198,13 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
     ax2.legend(fontsize=7)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "estimator", repeats=1)
     ap.add_argument("--n", type=int, default=4000, help="galaxies per shear sign (even)")
     ap.add_argument("--ks", type=int, nargs="+", default=[100, 300, 1000], help="draws per galaxy")
     ap.add_argument("--ref-k", type=int, default=10000, help="the reference's draws (10x)")
     ap.add_argument("--seed", type=int, default=11)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     h.configure(True)
     info = h.provenance("float64")
     h.banner(info)

@@ -53,15 +53,17 @@ def se(x: pd.Series) -> float:
     return float(x.std(ddof=1) / np.sqrt(len(x)))
 
 
-def main() -> dict:
-    m = {s: per_seed(VAL / c / "runs" / "ring.csv") for s, c in CAMPAIGNS.items()}
+def main(val: Path = VAL, out: Path | None = None) -> dict:
+    """Reads the campaigns under ``val`` and writes ``out`` (default
+    ``<val>/level2_snr_scan.json``; a test passes a folder of its own for both)."""
+    m = {s: per_seed(val / c / "runs" / "ring.csv") for s, c in CAMPAIGNS.items()}
     common = sorted(set.intersection(*(set(v.index) for v in m.values())))
     a = SINGLE_GALAXY_MAP["m1"] * SINGLE_GALAXY_MAP["snr"] ** 2
-    out: dict = {"seeds_common": len(common), "per_snr": {}, "pairs": {}}
+    res: dict = {"seeds_common": len(common), "per_snr": {}, "pairs": {}}
     for s, v in m.items():
         c = v[common]
-        q = inv_snr2(VAL / CAMPAIGNS[s] / "runs" / "ring", set(common))
-        out["per_snr"][s] = {"campaign": CAMPAIGNS[s], "n_seeds_all": len(v),
+        q = inv_snr2(val / CAMPAIGNS[s] / "runs" / "ring", set(common))
+        res["per_snr"][s] = {"campaign": CAMPAIGNS[s], "n_seeds_all": len(v),
                              "m1_all": float(v.mean()), "m1_all_se": se(v),
                              "m1_common": float(c.mean()), "m1_common_se": se(c),
                              "per_seed_sd": float(c.std(ddof=1)), "mean_inv_snr2": q,
@@ -73,13 +75,13 @@ def main() -> dict:
     for lo, hi in ((30, 45), (45, 450), (30, 450)):
         d = m[lo][common] - m[hi][common]
         r = float(np.corrcoef(m[lo][common], m[hi][common])[0, 1])
-        out["pairs"][f"{lo}-{hi}"] = {"diff": float(d.mean()), "se": se(d), "corr": r}
+        res["pairs"][f"{lo}-{hi}"] = {"diff": float(d.mean()), "se": se(d), "corr": r}
         print(f"m(S/N {lo}) - m(S/N {hi}) = {d.mean():+.4f} +- {se(d):.4f} "
               f"(per-seed correlation {r:.2f})")  # fmt: skip
-    path = VAL / "level2_snr_scan.json"
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {path.relative_to(ROOT)}")
-    return out
+    path = out if out is not None else val / "level2_snr_scan.json"
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return res
 
 
 if __name__ == "__main__":

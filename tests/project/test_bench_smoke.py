@@ -57,26 +57,30 @@ def leaves(obj):
         yield obj
 
 
-def run_bench(name, tmp_path, *args, alias=None, skip=None):
-    """``bench_<name>.main(args + --out)``; returns the JSON it wrote, after the checks.
-    Committed key paths: ``alias`` (old, new) renames a key, ``skip`` drops a subtree."""
+def run_bench(name, tmp_path, *args, alias=None, skip=None, module=None, committed=True,
+              png=True):  # fmt: skip
+    """``bench_<name>.main(args + --out)`` (``module``: a script of another name); returns
+    the JSON it wrote, after the checks. Committed key paths: ``alias`` (old, new) renames
+    a key, ``skip`` drops a subtree (a tuple: several); ``committed=False``: a benchmark
+    with no committed record; ``png=False``: one that draws no figure."""
     out = tmp_path / f"{name}.json"
     with runtime.scoped():  # restores x64 and the cache settings
-        importlib.import_module(f"bench_{name}").main([*args, "--out", str(out)])
+        importlib.import_module(module or f"bench_{name}").main([*args, "--out", str(out)])
     text = out.read_text()
     rec = json.loads(text)  # json.loads reads NaN / Infinity as floats: caught below
-    committed = json.loads((ROOT / "results" / "benchmarks" / f"{name}.json").read_text())
-    expected = {renamed(p, *alias) if alias else p for p in key_paths(committed)}
-    missing = {p for p in expected - key_paths(rec) if not (skip and p.startswith(skip))}
-    assert not missing, sorted(missing)
+    if committed:
+        old = json.loads((ROOT / "results" / "benchmarks" / f"{name}.json").read_text())
+        expected = {renamed(p, *alias) if alias else p for p in key_paths(old)}
+        missing = {p for p in expected - key_paths(rec) if not (skip and p.startswith(skip))}
+        assert not missing, sorted(missing)
     numbers = [v for v in leaves(rec) if isinstance(v, int | float) and not isinstance(v, bool)]
     assert numbers and all(math.isfinite(v) for v in numbers)
     for s in (v for v in leaves(rec) if isinstance(v, str)):
         assert not os.path.isabs(s), s
     for p in (tmp_path, ROOT, Path.home()):
         assert str(p) not in text
-    png = out.with_suffix(".png")  # every benchmark draws its figure beside its JSON
-    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = out.with_suffix(".png")  # every benchmark draws its figure beside its JSON
+    assert not png or (fig.is_file() and fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n")
     return rec
 
 
@@ -177,6 +181,87 @@ def test_cost(tmp_path):
     tol = yaml.safe_load((ROOT / "configs" / "level2.yaml").read_text())["inference"]["map_config"]
     bound = max(1e-3, 2.0 * np.sqrt(2.0 * (tol.get("tol") or 1e-10)))
     assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < bound
+
+
+def test_estimator(tmp_path):
+    """The population estimator's known-answer toy: 80 galaxies per sign, K = 10 draws
+    against a 20-draw reference (~5 s; no program of the package's model is compiled)."""
+    rec = run_bench("estimator", tmp_path, "--n", "80", "--ks", "10", "--ref-k", "20")
+    m = rec["measured"]
+    assert m["n_galaxies_per_sign"] == 80 and m["ref_K"] == 20 and m["Ks"] == [10]
+    assert [r["proposal"] for r in m["rows"]] == ["exact", "laplace_narrow", "student_t",
+                                                  "student_t_narrow"]  # fmt: skip
+    assert all(r["K"] == 10 and 0 <= r["frac_collapsed"] <= 1 for r in m["rows"])
+
+
+# --------------------------------------------------------------------------- the scripts that
+# read committed records or the source (no benchmark JSON of their own)
+
+
+def test_anacal_table_prints_every_row(capsys):
+    """``python bench/anacal_table.py`` and ``--scan``: the tables of docs/validation.md
+    from the committed records (tests/project/test_figures.py checks the rows' text)."""
+    import anacal_table as at
+
+    at.main([])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == at.HEAD.splitlines()
+    rows = [ln for ln in lines[2:] if ln.startswith("| ")]
+    assert len(rows) == len(lines) - 2 and {r.split(" | ")[0][2:] for r in rows} == set(
+        at.CAMPAIGNS
+    )
+    at.main(["--scan"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == at.SCAN_HEAD.splitlines() and len(lines) == 2 + len(at.SCAN)
+
+
+def test_layer_walk_prints_and_writes_its_counts(capsys):
+    """``python bench/layer_walk.py`` and ``--json`` (the static counts; ``--calls``, which
+    runs a campaign, is in test_bench_smoke_slow.py)."""
+    import layer_walk as lw
+
+    res = lw.main([])
+    text = capsys.readouterr().out
+    assert f"{res['modules']} modules; layers" in text and "folder cycles:" in text
+    assert "walk app/stats.py -> io/atomic.py" in text and "call_walk" not in res
+    assert json.loads(json.dumps(lw.main(["--json"]))) == json.loads(capsys.readouterr().out)
+
+
+def test_level2_snr_scan(tmp_path):
+    """``bench/level2_snr_scan.py`` on three fake ring campaigns (6 seeds, 2 rotations,
+    paired; m per seed known) in tmp_path: its record has the committed record's keys, and
+    the committed one is left alone."""
+    import pandas as pd
+
+    import level2_snr_scan as scan
+
+    committed = ROOT / "results" / "validation" / "level2_snr_scan.json"
+    before = committed.stat().st_mtime_ns
+    rng = np.random.default_rng(0)
+    m_true = {30: -0.02, 45: -0.01, 450: 0.0}
+    for snr, name in scan.CAMPAIGNS.items():
+        rows = []
+        for seed in range(6):
+            m_seed = m_true[snr] + 0.001 * rng.normal()
+            for rot in (0, 1):
+                d = tmp_path / name / "runs" / "ring" / f"g1_+0.0200_g2_+0.0000_s{seed}_r{rot}"
+                d.mkdir(parents=True)
+                (d / "convergence.json").write_text(json.dumps({"snr": [snr, 2.0 * snr]}))
+                for sign in (1, -1):
+                    rows.append({"seed": seed, "rotation": rot, "pair_sign": sign, "status": "ok",
+                                 "passed_convergence": True,
+                                 "g1_mode": sign * 0.02 * (1 + m_seed) + 0.003})  # fmt: skip
+        pd.DataFrame(rows).to_csv(tmp_path / name / "runs" / "ring.csv", index=False)
+    out = tmp_path / "level2_snr_scan.json"
+    res = scan.main(tmp_path, out)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(res))
+    assert key_paths(json.loads(committed.read_text())) <= key_paths(json.loads(out.read_text()))
+    assert res["seeds_common"] == 6
+    for snr, r in res["per_snr"].items():
+        assert r["m1_common"] == pytest.approx(m_true[snr], abs=0.003)
+        assert r["mean_inv_snr2"] == pytest.approx((snr**-2 + (2 * snr) ** -2) / 2)
+    assert res["pairs"]["30-450"]["diff"] == pytest.approx(-0.02, abs=0.003)
+    assert committed.stat().st_mtime_ns == before
 
 
 # --------------------------------------------------------------------------- --help
