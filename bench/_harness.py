@@ -97,6 +97,17 @@ def git_state() -> dict[str, Any]:
     }
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``; rates differ 2x between our machines)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def provenance(dtype: str | None = None) -> dict[str, Any]:
     """Machine and software record of a run (no paths); starts the run's clock."""
     import jax
@@ -119,6 +130,7 @@ def provenance(dtype: str | None = None) -> dict[str, Any]:
         "devices": [str(d) for d in jax.devices()],
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
+        "cpu_model": cpu_model(),
         "dtype": dtype,
         "git": git_state(),
         "load_average_start": list(os.getloadavg()),
