@@ -49,8 +49,10 @@ def bias_run(**kw: Any) -> int:
     complete realizations are skipped on a re-run. Exit status: 0 success, 1 some
     realizations failed (the others are written), 2 bad input, 3 stopped by
     --time-limit / SLURM_JOB_END_TIME, 4 an output could not be written (disk full),
-    130 / 143 stopped by Ctrl-C / SIGTERM; after 3, 4, 130 and 143 every realization
-    is complete or absent and the same command resumes.
+    5 a batch a healthy program never gives was not written (most of its galaxies'
+    importance weights collapsed; resume with a smaller --batch-size), 130 / 143
+    stopped by Ctrl-C / SIGTERM; after 3, 4, 5, 130 and 143 every realization is
+    complete or absent and the same command resumes.
 
     \b
     On a SLURM cluster (every array task takes its own slice of the same plan; all
