@@ -4,7 +4,10 @@ point's set-up (:func:`shearbatch.engine.runtime.configure` and its undoing,
 :func:`shearbatch.engine.runtime.scoped`) and by a worker's initializer
 (:func:`cpu_only_worker`: bias-run's writer processes, bias-extract's readers), never at
 import. :mod:`shearbatch.io` and :mod:`shearbatch.analysis` start such workers and import
-this module, not the engine.
+this module, not the engine. Where a campaign's persistent compilation cache lives
+(:func:`default_cache_dir`) and the line an entry point logs once JAX is set up
+(:func:`backend_line`) are here too, so that ``bias-stats``' report stamps, which render
+with JAX but never run the engine, set JAX up without importing it.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CACHE_SUBDIR",
     "ENTRY_FLAGS",
     "TRACE_FLAGS",
     "WORKER_ENV",
+    "backend_line",
     "configure_flags",
     "cpu_only_worker",
+    "default_cache_dir",
     "flag_values",
     "scoped_environ",
     "set_flags",
@@ -46,6 +53,24 @@ TRACE_FLAGS = (
     "jax_debug_nans",
     "jax_disable_jit",
 )
+
+
+#: the compilation cache's directory name under a campaign's output root (hidden, so
+#: ``bias-extract`` never takes it for a realization directory)
+CACHE_SUBDIR = ".jax-cache"
+
+
+def default_cache_dir(output_root: str | Path | None = None) -> str:
+    """``$SHEARBATCH_CACHE_DIR``, else ``<output_root>/.jax-cache`` (every array task of a
+    campaign shares it, on whatever filesystem the outputs live), else
+    ``$XDG_CACHE_HOME/shearbatch/jax`` (~/.cache) when no output root is given."""
+    if env := os.environ.get("SHEARBATCH_CACHE_DIR"):
+        return env
+    if output_root is not None:
+        return str(Path(output_root) / CACHE_SUBDIR)
+    return str(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
+    )
 
 
 def set_flags(values: dict[str, Any]) -> None:
@@ -77,6 +102,17 @@ def flag_values(names: tuple[str, ...] = ENTRY_FLAGS) -> dict[str, Any]:
     import jax
 
     return {name: getattr(jax.config, name, None) for name in names}
+
+
+def backend_line(x64: bool, cache: str) -> str:
+    """The line an entry point logs once it has set JAX up: version, platform and devices,
+    precision and the compilation cache in use (``cache``: its directory, or ``"off"``).
+    Starts JAX's backend (:func:`jax.devices`)."""
+    import jax
+
+    devs = jax.devices()
+    return (f"JAX {jax.__version__} on {devs[0].platform.upper()} x{len(devs)} "
+            f"({devs[0].device_kind}), x64={x64}, compilation cache: {cache}")  # fmt: skip
 
 
 #: the environment of worker processes that need no device (bias-run's writers,

@@ -149,7 +149,8 @@ def test_report_stamps_from_a_fresh_process(reported, tmp_path):
     """The report's stamps rendered in a fresh interpreter, where no config was parsed
     before: the campaign's config is validated against the schema with the registered
     methods' settings (it once failed there: 'inference.map_config: extra inputs', and
-    make demo's report had no stamps)."""
+    make demo's report had no stamps). The one part of bias-stats that runs JAX (the
+    model's renderer) loads nothing under shearbatch/engine/ (issue 57)."""
     import sys
 
     tmp, _, _ = reported
@@ -158,9 +159,11 @@ def test_report_stamps_from_a_fresh_process(reported, tmp_path):
     code = ("import sys, yaml; from pathlib import Path; "
             "from shearbatch.app.report import _stamps_png; "
             "root = Path(sys.argv[1]); cfg = yaml.safe_load((root / 'config.yaml').read_text()); "
-            "_stamps_png(root, [sys.argv[2]], cfg, Path(sys.argv[3]))")  # fmt: skip
+            "_stamps_png(root, [sys.argv[2]], cfg, Path(sys.argv[3])); "
+            "print(sorted(m for m in sys.modules if m.startswith('shearbatch.engine')))")  # fmt: skip
     png = tmp_path / "stamps.png"
     out = subprocess.run([sys.executable, "-c", code, str(camp), rid, str(png)],
                          capture_output=True, text=True, check=False)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert png.stat().st_size > 5_000
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

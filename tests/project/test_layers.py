@@ -130,3 +130,34 @@ def test_a_stats_run_goes_down_the_layers(tmp_path):
     assert crossings(bias_stats, ["--input", tmp_path / "summary.csv", "--output-dir", out,
                                   "--no-plots", "--report", out / "report.html"]) == []  # fmt: skip
     assert (out / "bias_results.json").is_file() and (out / "report.html").is_file()
+
+
+def test_stage_2_and_3_entry_points_import_no_jax():
+    """The console scripts of stages 2 and 3 (``shearbatch.cli:bias_extract`` and
+    ``:bias_stats``), asked for their help, and the API's modules load no JAX and nothing
+    under shearbatch/engine/ (issue 57: cli/__init__ -> app/runner -> engine -> JAX). In a
+    fresh interpreter (~1 s); tests/top/test_api_cli_agreement.py runs the stages too."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "import shearbatch.api, shearbatch.app, shearbatch.cli.extract, shearbatch.cli.stats\n"
+        "from shearbatch.cli import bias_extract, bias_stats\n"
+        "for cmd in (bias_extract, bias_stats):\n"
+        "    try:\n"
+        "        cmd.main(args=['--help'], prog_name=cmd.name)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(json.dumps(sorted({m.split('.')[0] if not m.startswith('shearbatch') else m\n"
+        "                         for m in sys.modules if m.split('.')[0] in\n"
+        "                         ('jax', 'jaxlib', 'numpyro', 'optax')\n"
+        "                         or m.startswith('shearbatch.engine')})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Usage: bias-extract" in out.stdout and "Usage: bias-stats" in out.stdout
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"stage 2 / 3 entry points loaded {loaded}"

@@ -135,3 +135,76 @@ def test_stats_options_are_the_commands(campaign, by_api, module_tmp):
     with pytest.raises(ValueError, match="not both"):
         camp.stats(sbc_mode="off", sbc=False, output_dir=module_tmp / "x")
     assert not (module_tmp / "x").exists()
+
+
+# --------------------------------------------------------------------------- stand alone
+
+#: run in a fresh interpreter: stages 2 and 3 as their console scripts run them (``from
+#: shearbatch.cli import bias_stats``), ``python -m shearbatch``, and the API's summary()
+#: and stats(); then prints, as JSON, the modules of JAX and of the engine it loaded
+_STAGES_2_AND_3 = """
+import json, sys
+from pathlib import Path
+
+root, work = Path(sys.argv[1]), Path(sys.argv[2])
+
+def call(command, *args):
+    try:
+        command.main(args=[str(a) for a in args], prog_name=command.name)
+    except SystemExit as end:
+        assert end.code in (0, 3, None), (args, end.code)  # 3: INCONCLUSIVE (unfinished)
+
+from shearbatch.cli import bias_extract, bias_stats
+from shearbatch.__main__ import main
+
+call(bias_stats, "--help")
+call(bias_extract, "--help")
+try:
+    main(["stats", "--help"])
+except SystemExit:
+    pass
+call(bias_extract, "--input-dir", root, "--output", work / "summary.csv", "--workers", 1,
+     "--no-progress")
+# the figures, the worst realizations' diagnostics read from posterior.nc; no report
+call(bias_stats, "--input", work / "summary.csv", "--output-dir", work / "plots",
+     "--posterior-dir", root)
+# a campaign directory: its summary reused or extracted, the report (no stamps: --no-plots)
+call(bias_stats, "--input", root, "--output-dir", work / "campaign", "--no-plots")
+
+import shearbatch
+
+camp = shearbatch.open_campaign(root)
+assert len(camp.summary()) == 13
+camp.stats(output_dir=work / "api")
+for d in ("plots", "campaign", "api"):
+    assert (work / d / "bias_results.json").is_file(), d
+assert (work / "plots" / "plots" / "worst_diagnostics.png").is_file()
+assert (work / "campaign" / "report.html").is_file()
+print(json.dumps(sorted({m.split(".")[0] if m.split(".")[0] != "shearbatch" else m
+                         for m in sys.modules
+                         if m.split(".")[0] in ("jax", "jaxlib", "numpyro", "optax")
+                         or m.startswith("shearbatch.engine")})))
+"""
+
+
+def test_stages_2_and_3_load_neither_jax_nor_the_engine(campaign, tmp_path):
+    """bias-extract, bias-stats (--help; a run with the figures and the worst
+    realizations' diagnostics; a campaign directory's run with its report) and the API's
+    summary() and stats() in a fresh interpreter load no module of JAX, NumPyro or Optax,
+    and none under shearbatch/engine/ (issue 57: the import of shearbatch.cli.stats
+    loaded engine/loop.py and JAX, 4 s). Only the report's stamps, which render the model,
+    import JAX: tests/analysis/test_report.py checks they still load no engine."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "camp"
+    shutil.copytree(campaign, root, ignore=shutil.ignore_patterns(".jax-cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    out = subprocess.run([sys.executable, "-c", _STAGES_2_AND_3, str(root), str(work)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Usage: bias-stats" in out.stdout and "Usage: bias-extract" in out.stdout
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"stages 2 and 3 loaded {loaded}"

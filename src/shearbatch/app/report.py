@@ -13,9 +13,8 @@ from typing import Any, NamedTuple
 
 from ..analysis.result import BiasResult
 from ..io import atomic
-from ..io.layout import FIGURES, PLOTS
+from ..io.layout import COMMANDS_FILE, FIGURES, PLOTS
 from .inputs import campaign_config
-from .runner import COMMANDS_FILE
 
 __all__ = ["stats_plots", "write_report"]
 
@@ -31,13 +30,16 @@ def _png(fig: Any, dpi: int) -> bytes:
 
 def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: Path) -> Path:
     """Data, model at the estimate and residual of a few realizations (the data from their
-    posterior.nc, the model rendered from the campaign's config at each one's estimate)."""
+    posterior.nc, the model rendered from the campaign's config at each one's estimate).
+
+    The one part of ``bias-stats`` that runs JAX (the forward model's renderer, imported
+    here and only here): JAX is set up as an entry point sets it (precision, the campaign's
+    compilation cache) and restored after, without the engine."""
     import numpy as np
     import xarray as xr
 
     from .. import process
     from ..analysis.plots import stamps_figure
-    from ..engine import runtime
     from ..io import POSTERIOR, TRUTH, find_realization_dirs, read_json
     from ..schema import current_config
     from ..spec import run_spec
@@ -58,15 +60,21 @@ def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: P
     # CPU: 18 s without the cache, 7 s with it)
     # On a GPU node JAX would start here (this process's only use of it) taking 75% of the
     # GPU's memory up front for three stamps: it takes what it uses unless told otherwise
-    cache = runtime.default_cache_dir(root)
-    precision = str((cfg.get("inference") or {}).get("precision", "float64"))
+    cache = process.default_cache_dir(root)
+    cache = cache if Path(cache).is_dir() else "off"
+    x64 = str((cfg.get("inference") or {}).get("precision", "float64")) == "float64"
     lazy = {"XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",
                                                             "false")}  # fmt: skip
-    with process.scoped_environ(lazy), runtime.scoped():
-        runtime.configure(precision == "float64", cache if Path(cache).is_dir() else "off")
-        spec = run_spec(current_config().model_validate(cfg))  # validated when run
-        models = np.concatenate([models_at_estimate(_Where(spec, h), [r])
-                                 for h, r in zip(homes, reals, strict=True)])  # fmt: skip
+    with process.scoped_environ(lazy):
+        saved = process.flag_values()
+        try:
+            process.configure_flags(x64, None if cache == "off" else cache)
+            logger.info("%s", process.backend_line(x64, cache))
+            spec = run_spec(current_config().model_validate(cfg))  # validated when run
+            models = np.concatenate([models_at_estimate(_Where(spec, h), [r])
+                                     for h, r in zip(homes, reals, strict=True)])  # fmt: skip
+        finally:
+            process.set_flags(saved)
     fig = stamps_figure(np.stack(images), list(run_ids), spec.model.noise_sigma, models)
     return atomic.write_bytes(path, _png(fig, dpi=90))
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..engine import runtime
+from ..io.layout import COMMANDS_FILE
 from .options import PlanError
 from .plan import Plan
 from .signals import StopOnSignal
@@ -23,9 +23,6 @@ __all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "execution_of
            "record_command", "resume_hint", "run", "run_claimed", "write_manifest"]  # fmt: skip
 
 logger = logging.getLogger("shearbatch")
-
-#: bias-run appends its command line here, under the output root (provenance of a report)
-COMMANDS_FILE = "commands.txt"
 
 
 class Claimed(NamedTuple):
@@ -103,7 +100,7 @@ def compile_first(plan: Plan, cache: str) -> Lanes | None:
     import jax
 
     from ..core.batching import pad_to
-    from ..engine import BatchTooLarge, build_program, lane_chunk_for, plan_lanes
+    from ..engine import BatchTooLarge, build_program, lane_chunk_for, plan_lanes, runtime
 
     spec, lanes = plan.spec, plan.batch_size
     devs = jax.devices()
@@ -321,6 +318,7 @@ def run(
     and :class:`~shearbatch.io.WriteError` (an output could not be written; every
     realization is then complete or absent).
     """
+    from ..engine import runtime
     from .preview import preview as write_preview
 
     cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)
@@ -347,6 +345,7 @@ def run(
 
 def preview_only(plan: Plan, path: Path, notify: Callable[[str], None] = logger.info) -> None:
     """``--dry-run --preview``: the PNG of the first stamps, nothing else computed or written."""
+    from ..engine import runtime
     from .preview import preview as write_preview
 
     cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)

@@ -33,7 +33,7 @@ from .inputs import (
     summary_is_fresh,
 )
 
-if TYPE_CHECKING:  # the analysis (scipy, numpyro's distributions) loads when stats run
+if TYPE_CHECKING:  # the analysis (scipy; never JAX) loads when stats run
     from ..analysis.bias import BiasAnalysis, Settings
     from ..analysis.result import BiasResult, Requirement
 

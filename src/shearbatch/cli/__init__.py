@@ -2,7 +2,10 @@
 
 Each command lives in its own module (:mod:`.run`, :mod:`.extract`, :mod:`.stats`) and only
 parses, calls the application layer (:mod:`shearbatch.app`), prints and maps exceptions to
-exit codes; :mod:`.options` holds what they share.
+exit codes; :mod:`.options` holds what they share. A command's module is imported when the
+command is first asked for (``shearbatch.cli.bias_stats``, the console script's entry
+point), so ``bias-extract`` and ``bias-stats`` never load ``bias-run``'s options, nor
+through them JAX or the engine.
 
 Exit status: 0 success (``bias-stats``: verdict PASS); 1 some realizations of
 a ``bias-run`` failed (the others are saved) or the ``bias-stats`` verdict is
@@ -17,9 +20,30 @@ SIGINT (Ctrl-C) / SIGTERM. In those four cases every realization is complete or
 absent, and the same command resumes.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ..app import COMMANDS_FILE, apply_flags
-from .extract import bias_extract
-from .run import bias_run
-from .stats import bias_stats
+
+if TYPE_CHECKING:
+    from .extract import bias_extract
+    from .run import bias_run
+    from .stats import bias_stats
 
 __all__ = ["COMMANDS_FILE", "apply_flags", "bias_extract", "bias_run", "bias_stats"]
+
+
+def __getattr__(name: str) -> Any:
+    """The three commands, each imported from its module on first use."""
+    if name == "bias_run":
+        from .run import bias_run
+
+        return bias_run
+    if name == "bias_extract":
+        from .extract import bias_extract
+
+        return bias_extract
+    if name == "bias_stats":
+        from .stats import bias_stats
+
+        return bias_stats
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,10 +8,12 @@ the median: ``log x ~ Normal(log median, sigma)``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpyro.distributions as dist
+
+if TYPE_CHECKING:
+    import numpyro.distributions as dist
 
 __all__ = [
     "PRIOR_PULL_MAX",
@@ -26,7 +28,10 @@ __all__ = [
 
 
 def to_distribution(p: Any) -> dist.Distribution:
-    """NumPyro distribution of a non-fixed prior."""
+    """NumPyro distribution of a non-fixed prior (NumPyro imported here: bias-stats reads
+    this module's NumPy half without loading JAX)."""
+    import numpyro.distributions as dist
+
     a = p.args
     if p.kind == "flat":  # flat on the real line; the model restricts g to the unit disk
         from numpyro.distributions import constraints

@@ -8,19 +8,27 @@ calls in tests) neither double-counts cache hits nor leaks a listener.
 :func:`scoped` restores the previous flags afterwards (the in-process CLI uses
 it so that a test calling ``bias-run --no-x64`` does not change later tests). The flags
 themselves, their names and their one setter are :mod:`shearbatch.process`'s
-(:func:`~shearbatch.process.configure_flags`, :func:`~shearbatch.process.set_flags`).
+(:func:`~shearbatch.process.configure_flags`, :func:`~shearbatch.process.set_flags`), as
+is where the cache lives (:func:`~shearbatch.process.default_cache_dir`, kept here under
+its old name).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..process import configure_flags, flag_values, set_flags
+from ..process import (
+    CACHE_SUBDIR,
+    backend_line,
+    configure_flags,
+    default_cache_dir,
+    flag_values,
+    set_flags,
+)
 
 __all__ = [
     "CACHE_EVENTS",
@@ -37,24 +45,6 @@ logger = logging.getLogger(__name__)
 #: persistent compilation cache events since the last :func:`reset_cache_events`
 CACHE_EVENTS = {"hits": 0, "misses": 0}
 _LISTENER: list[Any] = []
-
-
-#: the compilation cache's directory name under a campaign's output root (hidden, so
-#: ``bias-extract`` never takes it for a realization directory)
-CACHE_SUBDIR = ".jax-cache"
-
-
-def default_cache_dir(output_root: str | Path | None = None) -> str:
-    """``$SHEARBATCH_CACHE_DIR``, else ``<output_root>/.jax-cache`` (every array task of a
-    campaign shares it, on whatever filesystem the outputs live), else
-    ``$XDG_CACHE_HOME/shearbatch/jax`` (~/.cache) when no output root is given."""
-    if env := os.environ.get("SHEARBATCH_CACHE_DIR"):
-        return env
-    if output_root is not None:
-        return str(Path(output_root) / CACHE_SUBDIR)
-    return str(
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shearbatch" / "jax"
-    )
 
 
 @contextlib.contextmanager
@@ -105,7 +95,6 @@ def reset_cache_events() -> None:
 def configure(x64: bool, cache_dir: str | None = None) -> str:
     """Set x64 and the compilation cache (``off`` / ``none`` / ``0`` / empty disables it);
     returns the cache directory in use (or ``"off"``). Safe to call repeatedly."""
-    import jax
     from jax import monitoring
 
     cache = cache_dir if cache_dir is not None else default_cache_dir()
@@ -120,9 +109,7 @@ def configure(x64: bool, cache_dir: str | None = None) -> str:
     if not _LISTENER:
         monitoring.register_event_listener(_listener)
         _LISTENER.append(_listener)
-    devs = jax.devices()
-    logger.info("JAX %s on %s x%d (%s), x64=%s, compilation cache: %s", jax.__version__,
-                devs[0].platform.upper(), len(devs), devs[0].device_kind, x64, cache)  # fmt: skip
+    logger.info("%s", backend_line(x64, cache))
     return cache
 
 

@@ -27,6 +27,7 @@ from . import integrity
 
 __all__ = [
     "BIAS_RESULTS",
+    "COMMANDS_FILE",
     "CONVERGENCE",
     "FIGURES",
     "FILES",
@@ -50,6 +51,8 @@ POSTERIOR, TRUTH, CONVERGENCE = "posterior.nc", "truth.json", "convergence.json"
 FILES = (TRUTH, POSTERIOR, CONVERGENCE)
 #: the campaign manifest (:mod:`.manifest`), in the directory holding its realizations
 MANIFEST = "campaign.json"
+#: bias-run appends its command line here, under the output root (provenance of a report)
+COMMANDS_FILE = "commands.txt"
 
 #: stage 2 (``bias-extract``): the summary table, one row per realization
 SUMMARY = "summary.csv"

@@ -45,11 +45,12 @@ section ``inference.<name>_config``, and the factory receives that validated mod
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol
-
-import jax
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..flags import Gates
+
+if TYPE_CHECKING:  # annotations only: the schema reads this module without loading JAX
+    import jax
 
 __all__ = ["POINT_ESTIMATES", "Diagnosis", "Draws", "Info", "Method", "MethodSpec"]
 
