@@ -264,6 +264,19 @@ def test_level2_snr_scan(tmp_path):
     assert committed.stat().st_mtime_ns == before
 
 
+def test_import(tmp_path):
+    """Stage 2 and 3 start-up: one timed run of each command in a fresh process, no warm-up
+    and no baseline tree (the committed record's ``before`` is left out)."""
+    rec = run_bench("import", tmp_path, "--repeats", "1", "--warmup", "0", skip=".before")
+    assert set(rec["commands"]) == {"bias-stats --help", "bias-extract --help",
+                                    "import shearbatch.cli.stats", "import jax (reference)"}  # fmt: skip
+    for label, r in rec["commands"].items():  # what each loaded, whatever the machine's speed
+        assert not r["loads_engine"] and r["loads_jax"] == ("reference" in label), label
+        assert len(r["times_s"]) == 1 and r["median_s"] > 0
+    assert rec["bias_stats_help_median_s"] == rec["commands"]["bias-stats --help"]["median_s"]
+    assert "cpu_model" in rec and "before" not in rec
+
+
 # --------------------------------------------------------------------------- --help
 
 #: bench/*.py that take no argparse options: a helper module and two table scripts reading

@@ -335,6 +335,26 @@ FIGURES: list[Fig] = [
     # bias-extract (extract.json)
     Fig(BM, "10,000 realization directories in {} s with 2 workers", BENCH + "extract.json",
         (j("total_s", ".1f"),)),
+    # stages 2 and 3 start-up (import.json): after, and the commit before (interleaved)
+    Fig(BM, "`bias-stats --help` starts in {} s (target {} s), `bias-extract --help` in {} s "
+            "and `import shearbatch.cli.stats` in {} s", BENCH + "import.json",
+        (calc(lambda J: load(BENCH + "import.json")["commands"]["bias-stats --help"]["median_s"],
+              ".2f"),
+         j("target_s", "g"),
+         calc(lambda J: load(BENCH + "import.json")["commands"]["bias-extract --help"][
+             "median_s"], ".2f"),
+         calc(lambda J: load(BENCH + "import.json")["commands"]["import shearbatch.cli.stats"][
+             "median_s"], ".2f"))),
+    Fig(BM, "At `{}`, timed interleaved with these, the same took {} s, {} s and {} s",
+        BENCH + "import.json",
+        (j("before.commit", lambda c: c[:7]),
+         *(calc(lambda J, k=k: load(BENCH + "import.json")["before"]["commands"][k]["median_s"],
+                ".2f")
+           for k in ("bias-stats --help", "bias-extract --help",
+                     "import shearbatch.cli.stats")),)),
+    Fig(BM, "(`import jax` alone took {} s)", BENCH + "import.json",
+        (calc(lambda J: load(BENCH + "import.json")["before"]["commands"][
+            "import jax (reference)"]["median_s"], ".2f"),)),
     # Level 2 through bias-run (level2_campaign.json)
     Fig(BM, "shipped {} and {} (median {}): {}x", BENCH + "level2_campaign.json",
         (j("measured.runs[1].galaxies_per_s", ".0f"), j("measured.runs[4].galaxies_per_s", ".0f"),
