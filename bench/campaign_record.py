@@ -24,13 +24,24 @@ the config, seeds, images and galaxies used, m1, m1_err, c1, c1_err, m2, m2_err,
 c2_err and the verdict, the timing: the array tasks' summed and spanned wall, galaxies/s,
 ``bias-extract`` and ``bias-stats`` wall and peak RSS), and copies: ``bias_results.json``,
 ``printed.txt`` (``stats.log`` without the ``time -v`` block), ``grow.log`` and, where
-present, ``config_as_run.yaml``. Every value is read from those files; nothing is typed.
+present, ``config_as_run.yaml`` and ``bias-stats``' figures (``stats/plots/`` as
+``plots/``). Every value is read from those files; nothing is typed.
+
+``--grow SIGMA`` (``run.sh`` with ``SIGMA`` set, after ``bias-stats``): when the larger of
+m1's and m2's errors in ``stats/bias_results.json`` is above ``SIGMA``, grows the plan to
+``ceil(N (err / SIGMA)^2 (1 + GROW_MARGIN) / GROW_STEP) x GROW_STEP`` seeds (sigma_m as
+1/sqrt(seeds); ``N``: ``runs/campaign.json``'s planned seeds), from the widths alone,
+never from m. It writes the ``grown`` line to ``grow.log``, keeps the smaller campaign's
+``stats/`` as ``stats_n<N>/`` (and its ``summary.csv`` in it), removes ``runs.done``
+(which makes ``run.sh`` run the grown plan's new realizations), prints the new seed count
+and exits 0; below ``SIGMA`` it prints nothing and changes nothing.
 
 Exit 0; 1 when the images were not all written by ``source_commit`` (the record is still
 written and says so: ``git.one_commit`` false, ``git.images_by_commit``); 2 when a file
 it needs is missing or unreadable.
 
     python bench/campaign_record.py /work/l2_3e4 --out results/validation/level2_2d_3e4
+    python bench/campaign_record.py /work/l2_3e4 --grow 3e-4
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import shutil
 import sys
@@ -58,6 +70,9 @@ WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?P<t>[0-9:
 RSS = re.compile(r"Maximum resident set size \(kbytes\): (?P<kb>\d+)")
 EXIT = re.compile(r"^\s*Exit status: (?P<rc>-?\d+)", re.M)
 RESULT_KEYS = ("m1", "m1_err", "c1", "c1_err", "m2", "m2_err", "c2", "c2_err")
+#: a grown plan's seeds: the width's scaling to the target, 1% above it, rounded up to a
+#: multiple of 100 seeds (9,000 seeds at m1_err 3.007e-4 for 3e-4: 9,200)
+GROW_MARGIN, GROW_STEP = 0.01, 100
 
 
 class RecordError(RuntimeError):
@@ -313,15 +328,73 @@ def write(root: Path, out: Path) -> bool:
     (out / "printed.txt").write_text(printed(_read(root / "stats.log")))
     if (root / "runs" / "config.yaml").is_file():
         shutil.copyfile(root / "runs" / "config.yaml", out / "config_as_run.yaml")
+    if (root / "stats" / "plots").is_dir():
+        shutil.copytree(root / "stats" / "plots", out / "plots", dirs_exist_ok=True)
     return one
+
+
+def _sci(v: float) -> str:
+    """``3.007e-4`` (``.3e`` without the exponent's leading zero)."""
+    return re.sub(r"e([+-])0(\d)", r"e\1\2", f"{v:.3e}").replace("e+", "e")
+
+
+def grown_seeds(n: int, err: float, sigma: float) -> int:
+    """The seeds that bring an error ``err`` at ``n`` seeds to ``sigma`` (1/sqrt(seeds)),
+    with :data:`GROW_MARGIN`, rounded up to :data:`GROW_STEP`; ``n`` when ``err <= sigma``."""
+    if err <= sigma:
+        return n
+    need = n * (err / sigma) ** 2 * (1.0 + GROW_MARGIN)
+    return -(-math.ceil(need) // GROW_STEP) * GROW_STEP  # > n, as need > n
+
+
+def grow(root: Path, sigma: float) -> int | None:
+    """Grow the campaign in ``root`` when its sigma_m is above ``sigma`` (the module's
+    ``--grow``): the new seed count, or None (nothing changed)."""
+    res = _json(root / "stats" / "bias_results.json")
+    plan = _json(root / "runs" / "campaign.json").get("plan") or {}
+    n = plan.get("n_realizations")
+    if not isinstance(n, int) or n < 1:
+        raise RecordError(f"{root / 'runs' / 'campaign.json'}: no plan.n_realizations")
+    errs = {k: res.get(k) for k in ("m1_err", "m2_err") if isinstance(res.get(k), int | float)}
+    if not errs:
+        raise RecordError(f"{root / 'stats' / 'bias_results.json'}: no m1_err or m2_err")
+    comp, err = max(errs.items(), key=lambda kv: kv[1])
+    new = grown_seeds(n, err, sigma)
+    if new == n:
+        return None
+    kept = root / f"stats_n{n}"
+    if kept.exists():
+        raise RecordError(f"{kept}: exists (the campaign was grown from {n} seeds before)")
+    (root / "stats").rename(kept)
+    if (root / "summary.csv").is_file():
+        (root / "summary.csv").rename(kept / "summary.csv")
+    (root / "runs.done").unlink(missing_ok=True)
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    with (root / "grow.log").open("a") as fh:
+        fh.write(f"{stamp} grown: n {n} -> {new} ({n:,} seeds gave {comp} {_sci(err)}, above "
+                 f"{sigma:g}); the {n:,}-seed bias-stats record is {kept.name}/\n")  # fmt: skip
+    return new
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="the campaign root run.sh wrote (ROOT)")
-    ap.add_argument("--out", type=Path, required=True,
+    ap.add_argument("--out", type=Path,
                     help="the record's folder, e.g. results/validation/<name>")  # fmt: skip
+    ap.add_argument("--grow", type=float, metavar="SIGMA",
+                    help="grow the plan when sigma_m is above SIGMA: print the new seeds")  # fmt: skip
     args = ap.parse_args(argv)
+    if (args.out is None) == (args.grow is None):
+        ap.error("give one of --out DIR and --grow SIGMA")
+    if args.grow is not None:
+        try:
+            new = grow(args.root, args.grow)
+        except (RecordError, OSError) as err:
+            print(f"campaign_record: {err}", file=sys.stderr)
+            return 2
+        if new is not None:
+            print(new)
+        return 0
     try:
         one = write(args.root, args.out)
     except RecordError as err:

@@ -142,3 +142,49 @@ def test_a_missing_log_is_one_line_and_exit_2(record, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "stats.log" in err
     assert not (tmp_path / "out" / "validation.json").exists()
+
+
+def test_the_record_has_bias_stats_plots(record, tmp_path):
+    root, out = fake_root(tmp_path), tmp_path / "out"
+    (root / "stats" / "plots").mkdir()
+    (root / "stats" / "plots" / "residuals.png").write_bytes(b"png")
+    assert record.main([str(root), "--out", str(out)]) == 0
+    assert (out / "plots" / "residuals.png").read_bytes() == b"png"
+
+
+def test_grow_writes_the_grown_line_and_readies_the_grown_plan(record, tmp_path, capsys):
+    """``--grow SIGMA`` (run.sh's SIGMA): the seeds from the larger error alone, the
+    "grown" line in grow.log (which run.sh reads back to resume at the grown N), the
+    smaller campaign's stats and summary kept, runs.done removed."""
+    import subprocess
+
+    root = fake_root(tmp_path)
+    (root / "runs.done").touch()
+    res = json.loads((root / "stats" / "bias_results.json").read_text())
+    assert record.main([str(root), "--grow", "3e-3"]) == 0  # both errors below: nothing
+    assert capsys.readouterr().out == "" and (root / "runs.done").is_file()
+    assert record.main([str(root), "--grow", "2.4e-3"]) == 0  # m2_err 2.5e-3 above
+    new = int(capsys.readouterr().out)
+    assert new == record.grown_seeds(2, 2.5e-3, 2.4e-3) == 100  # rounded up to 100 seeds
+    line = (root / "grow.log").read_text().splitlines()[-1]
+    assert line.endswith(" grown: n 2 -> 100 (2 seeds gave m2_err 2.500e-3, above 0.0024); "
+                         "the 2-seed bias-stats record is stats_n2/")  # fmt: skip
+    assert not (root / "runs.done").exists() and not (root / "stats").exists()
+    assert json.loads((root / "stats_n2" / "bias_results.json").read_text()) == res
+    assert (root / "stats_n2" / "summary.csv").is_file() and not (root / "summary.csv").exists()
+    sed = ROOT / "results" / "validation" / "level2_2d_3e4" / "run.sh"
+    expr = next(ln for ln in sed.read_text().splitlines() if "grown: n" in ln and "sed" in ln)
+    pattern = expr.split("sed -n '", 1)[1].split("'", 1)[0]
+    got = subprocess.run(["sed", "-n", pattern, str(root / "grow.log")], capture_output=True,
+                         text=True, check=True).stdout.split()  # fmt: skip
+    assert got == ["100"]  # run.sh resumes a grown campaign at its grown N
+    # the 3e-4 campaign's figures: 9,000 seeds at m1_err 3.007e-4 grow to 9,200
+    assert record.grown_seeds(9000, 3.007007590861981e-4, 3e-4) == 9200
+    assert record.grown_seeds(9000, 2.98e-4, 3e-4) == 9000
+
+
+def test_grow_refuses_without_a_plan_in_one_line(record, tmp_path, capsys):
+    root = fake_root(tmp_path)
+    (root / "runs" / "campaign.json").write_text("{}")
+    assert record.main([str(root), "--grow", "1e-4"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and (root / "stats").is_dir()

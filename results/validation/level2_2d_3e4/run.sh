@@ -21,15 +21,26 @@
 # emitted array script does when a task ends), then the reduction (bias-extract) and
 # bias-stats --requirement lsst-project, each under /usr/bin/time -v; then
 # bench/campaign_record.py writes validation.json from the logs this script wrote.
-# Growing a campaign (a larger N, after removing runs.done, summary.csv and stats/): TASKS=1
-# (one process over the grown plan runs only the new realizations) and PTASKS=<the first
-# run's TASKS>: those tasks' partials exist, so none is written again and the reduction
-# reads only the new realizations.
+# Growing a campaign: with SIGMA set (the target sigma_m, e.g. 3e-4), after bias-stats
+# `bench/campaign_record.py ROOT --grow SIGMA` decides from m1's and m2's errors alone
+# (never from m) whether the plan is grown and to how many seeds, writes the "grown" line
+# to grow.log, keeps the smaller campaign's stats/ and summary.csv as stats_n<N>/ and
+# removes runs.done; this script then runs the grown plan with TASKS=1 (one process over
+# it runs only the new realizations), keeps PTASKS (those tasks' partials exist, so none
+# is written again and the reduction reads only the new realizations), and repeats until
+# sigma_m is at most SIGMA. The record (campaign_record.py --out) is written before each
+# growth and again at the end; it copies bias-stats' plots/ too.
+# By hand, the same: N=<grown> TASKS=1 PTASKS=<the first run's TASKS> after removing
+# runs.done, summary.csv and stats/.
 # Each stage is skipped when its output exists, so the same command finishes an
-# interrupted campaign (a task with an rc line in grow.log is not started again).
+# interrupted campaign (a task with an rc line in grow.log since its N's start line is not
+# started again).
 #   SRC=/path/to/clean/checkout ROOT=/work/l2_3e4 bash results/validation/level2_2d_3e4/run.sh
 #   SRC=... ANA=<the same> ROOT=... OUT=results/validation/level2_2d_3e4_tol N=9000 TASKS=4 \
-#     bash results/validation/level2_2d_3e4/run.sh    (then N=9200 TASKS=1 PTASKS=4, grown)
+#     SIGMA=3e-4 bash results/validation/level2_2d_3e4/run.sh   (grew to 9,200 seeds)
+# (level2_2d_3e4_tol/ as committed ran before SIGMA existed: 9,000 seeds, then the growth by
+# hand, N=9200 TASKS=1 PTASKS=4; its grow.log's "grown" line was written by hand, and its
+# plots/ copied by hand.)
 set -u
 SRC=${SRC:?a clean checkout of the commit that runs the campaign}
 ROOT=${ROOT:-/work/l2_3e4}
@@ -38,6 +49,7 @@ N=${N:-9000}
 TASKS=${TASKS:-36}
 PAR=${PAR:-1}
 PTASKS=${PTASKS:-$TASKS}  # the array tasks whose partials stage 2 writes
+SIGMA=${SIGMA:-}  # the target sigma_m: grow the plan until m1's and m2's errors are below
 WAIT_PID=${WAIT_PID:-}  # a previous run's queue to let finish first
 REPO=$(cd "$(dirname "$0")/../../.." && pwd)
 ANA=${ANA:-$REPO}
@@ -65,34 +77,48 @@ export -f task
 if [ -n "$WAIT_PID" ]; then
   while kill -0 "$WAIT_PID" 2>/dev/null; do sleep 20; done
 fi
-if [ ! -f "$ROOT/runs.done" ]; then
-  echo "$(date -Is) start n=$N tasks=$TASKS commit=$commit" >> "$ROOT/grow.log"
-  for i in $(seq 0 $((TASKS - 1))); do
-    grep -qE " task $i/$TASKS rc=[01] " "$ROOT/grow.log" || echo "$i"
-  done | xargs -r -P "$PAR" -I{} bash -c "task {} $TASKS"
-  for i in $(seq 0 $((TASKS - 1))); do
-    grep -qE " task $i/$TASKS rc=[01] " "$ROOT/grow.log" || { task 0 1; break; }
-  done
-  echo "$(date -Is) runs done" >> "$ROOT/grow.log" && touch "$ROOT/runs.done"
-fi
 acommit=$(git -C "$ANA" rev-parse HEAD)
 dirty=$([ -n "$(git -C "$ANA" status --porcelain --untracked-files=no -- src)" ] && echo 1 || echo 0)
 echo "$acommit dirty=$dirty" > "$ROOT/analysis_commit"
 sb() { PYTHONPATH="$ANA/src" /usr/bin/time -v "$PY" -m shearbatch "$@"; }
-for i in $(seq 0 $((PTASKS - 1))); do
-  p=$(printf "%s/runs/partials/task-%05d-of-%05d.nc.sum.json" "$ROOT" "$i" "$PTASKS")
-  [ -f "$p" ] && continue
-  sb extract --input-dir "$ROOT/runs" --array-task-id "$i" \
-    --array-task-count "$PTASKS" --workers 2 --no-progress > "$ROOT/logs/extract_task_$i.log" 2>&1
-  echo "$(date -Is) partial $i/$PTASKS rc=$?" >> "$ROOT/grow.log"
+since_start() {  # grow.log from the first start line of this N (a resume appends none)
+  sed -n "/ start n=$N /,\$p" "$ROOT/grow.log" 2>/dev/null
+}
+# a campaign grown before (its "grown" line in grow.log): resume at its grown N
+last=$(sed -n 's/.* grown: n [0-9]* -> \([0-9]*\) .*/\1/p' "$ROOT/grow.log" 2>/dev/null | tail -1)
+if [ -n "$last" ] && [ "$last" -gt "$N" ]; then export N="$last" TASKS=1; fi
+while :; do
+  if [ ! -f "$ROOT/runs.done" ]; then
+    since_start | grep -q . || \
+      echo "$(date -Is) start n=$N tasks=$TASKS commit=$commit" >> "$ROOT/grow.log"
+    for i in $(seq 0 $((TASKS - 1))); do
+      since_start | grep -qE " task $i/$TASKS rc=[01] " || echo "$i"
+    done | xargs -r -P "$PAR" -I{} bash -c "task {} $TASKS"
+    for i in $(seq 0 $((TASKS - 1))); do
+      since_start | grep -qE " task $i/$TASKS rc=[01] " || { task 0 1; break; }
+    done
+    echo "$(date -Is) runs done" >> "$ROOT/grow.log" && touch "$ROOT/runs.done"
+  fi
+  for i in $(seq 0 $((PTASKS - 1))); do
+    p=$(printf "%s/runs/partials/task-%05d-of-%05d.nc.sum.json" "$ROOT" "$i" "$PTASKS")
+    [ -f "$p" ] && continue
+    sb extract --input-dir "$ROOT/runs" --array-task-id "$i" \
+      --array-task-count "$PTASKS" --workers 2 --no-progress > "$ROOT/logs/extract_task_$i.log" 2>&1
+    echo "$(date -Is) partial $i/$PTASKS rc=$?" >> "$ROOT/grow.log"
+  done
+  if [ ! -f "$ROOT/summary.csv" ]; then
+    sb extract --input-dir "$ROOT/runs" --output "$ROOT/summary.csv" \
+      --workers 2 --no-progress > "$ROOT/extract.log" 2>&1 || exit 1
+  fi
+  if [ ! -f "$ROOT/stats/bias_results.json" ]; then
+    sb stats --input "$ROOT/summary.csv" --output-dir "$ROOT/stats" \
+      --requirement lsst-project > "$ROOT/stats.log" 2>&1
+  fi
+  PYTHONPATH="$ANA/src" "$PY" "$REPO/bench/campaign_record.py" "$ROOT" --out "$OUT"
+  rc=$?
+  [ -n "$SIGMA" ] || exit $rc
+  grown=$(PYTHONPATH="$ANA/src" "$PY" "$REPO/bench/campaign_record.py" "$ROOT" --grow "$SIGMA") \
+    || exit 2
+  [ -n "$grown" ] || exit $rc
+  export N="$grown" TASKS=1  # the grown plan: one process runs only its new realizations
 done
-if [ ! -f "$ROOT/summary.csv" ]; then
-  sb extract --input-dir "$ROOT/runs" --output "$ROOT/summary.csv" \
-    --workers 2 --no-progress > "$ROOT/extract.log" 2>&1 || exit 1
-fi
-if [ ! -f "$ROOT/stats/bias_results.json" ]; then
-  sb stats --input "$ROOT/summary.csv" --output-dir "$ROOT/stats" \
-    --requirement lsst-project > "$ROOT/stats.log" 2>&1
-fi
-PYTHONPATH="$ANA/src" "$PY" "$REPO/bench/campaign_record.py" "$ROOT" \
-  --out "$OUT"
