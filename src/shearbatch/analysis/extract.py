@@ -88,6 +88,7 @@ __all__ = [
     "status_counts",
     "summary_frame",
     "summary_text",
+    "trusted_checksums",
     "write_population",
     "write_summary",
 ]
@@ -305,14 +306,20 @@ def _posterior_columns(path: Path, truth: Mapping[str, Any], check=None) -> dict
 
 
 def read_realization(
-    directory: str | Path, thresholds: Thresholds = DEFAULT_THRESHOLDS, keep_draws: bool = False
+    directory: str | Path,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    keep_draws: bool = False,
+    trusted: bool = False,
 ) -> dict[str, Any]:
     """One summary row (a dict with a subset of :data:`SUMMARY_COLUMNS`) for one directory.
 
     An interim-model realization (``shear_model: interim``) gets its g from the population
     fit of its own galaxies; with ``keep_draws`` what the pooled fit needs of its per-galaxy
     draws (:func:`compact_draws`) is kept under the row's ``_population`` key
-    (:func:`write_population`)."""
+    (:func:`write_population`). With ``trusted`` an ``ok`` row keeps under ``_trusted``
+    the content checksums this read verified (its record's, which the files matched;
+    :func:`trusted_checksums`), what a partial records for the scrub
+    (:mod:`shearbatch.io.partials`)."""
     d = Path(directory)
     row: dict[str, Any] = {"run_id": d.name}
 
@@ -390,7 +397,20 @@ def read_realization(
     row["flags"] = "|".join(fl.names(flags))
     row["passed_convergence"] = (flags & ~fl.WARNINGS) == 0
     row.update(estimator_row(conv.diagnostics.get("estimators")))
+    if trusted and (sums := trusted_checksums(conv.checksums)) is not None:
+        row["_trusted"] = sums
     return done("ok", fl.describe(flags))
+
+
+def trusted_checksums(sums: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What an ``ok`` read of a realization verified, from its record's ``checksums``
+    (None without them): the record's own checksum, ``truth.json``'s and the whole
+    ``posterior.nc``'s size and CRC."""
+    if not isinstance(sums, Mapping):
+        return None
+    post = sums.get("posterior.nc")
+    return {"convergence.json": sums.get("record"), "truth.json": sums.get("truth.json"),
+            "posterior.nc": dict(post) if isinstance(post, Mapping) else None}  # fmt: skip
 
 
 def _read_chunk(args: tuple[list[str], Thresholds]) -> list[dict[str, Any]]:

@@ -58,7 +58,8 @@ def _read_keyed(args: tuple[list[str], Any]) -> list[tuple[dict[str, Any], int |
     out = []
     for p in dirs:
         key = pio.realization_key(p)
-        out.append((read_realization(p, th, keep_draws=key is not None), key))
+        keep = key is not None  # in a partial: its draws, and what its read verified
+        out.append((read_realization(p, th, keep_draws=keep, trusted=keep), key))
     return out
 
 

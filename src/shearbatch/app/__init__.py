@@ -9,7 +9,8 @@
   :func:`estimate_lines` (the dry run's disk and, with a pilot batch, time estimates);
 - stage 2, ``bias-extract``: :class:`ExtractOptions` -> :func:`run_extract` ->
   :class:`ExtractOutcome` (:mod:`.extract`; :func:`campaign_table`, the same table in
-  memory, is :meth:`shearbatch.api.Campaign.summary`);
+  memory, is :meth:`shearbatch.api.Campaign.summary`; :func:`run_verify`, the scrub of
+  ``--verify``);
 - stage 3, ``bias-stats``: :class:`StatsOptions` -> :func:`run_stats` ->
   :class:`StatsOutcome`, carrying the typed
   :class:`~shearbatch.analysis.result.BiasResult` (:mod:`.stats`; the figures and the
@@ -29,6 +30,7 @@ from .extract import (
     campaign_table,
     extract_slice,
     run_extract,
+    run_verify,
 )
 from .options import (
     PlanError,
@@ -99,6 +101,7 @@ __all__ = [
     "run_claimed",
     "run_extract",
     "run_stats",
+    "run_verify",
     "stats_of_table",
     "write_manifest",
 ]

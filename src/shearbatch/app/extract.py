@@ -26,7 +26,12 @@ __all__ = [
     "extract_slice",
     "extract_to",
     "run_extract",
+    "run_verify",
 ]
+
+#: ``bias-extract --verify``'s exit status when it finds damage (as bias-stats' FAIL: the
+#: check ran, and what it checks does not hold)
+EXIT_DAMAGED = 1
 
 
 class StageError(ValueError):
@@ -53,6 +58,9 @@ class ExtractOptions:
     array_indices: str | None = None
     """The SLURM array's index set (``--array-indices``): the task from
     ``SLURM_ARRAY_TASK_ID``, as bias-run finds it."""
+    verify: bool = False
+    """The scrub (``--verify``, :func:`run_verify`): every realization read again against its
+    checksums; nothing but its record is written."""
 
 
 class ExtractOutcome(NamedTuple):
@@ -254,3 +262,21 @@ def run_extract(opts: ExtractOptions) -> ExtractOutcome:
         return extract_to(root, out, th, opts.workers, opts.progress)
     except ValueError as err:
         raise StageError(f"--input-dir: {err}") from None
+
+
+def run_verify(opts: ExtractOptions) -> Any:
+    """``bias-extract --verify``: the scrub of the campaign
+    (:func:`shearbatch.analysis.scrub.scrub_campaign`), its record written beside the summary
+    table (``--output``'s ``summary.verified.json``). :class:`StageError` for bad input
+    (naming the flag); ``OSError`` when the record cannot be written."""
+    from ..analysis.scrub import scrub_campaign
+    from ..slurm import allocated_cpus
+
+    for flag, v in (("--array-task-id", opts.array_task_id),
+                    ("--array-task-count", opts.array_task_count),
+                    ("--array-indices", opts.array_indices)):  # fmt: skip
+        if v is not None:
+            raise StageError(f"--verify: exclusive with {flag} (the scrub reads every "
+                             "realization of the campaign)")  # fmt: skip
+    root, out, _ = check_extract(opts)
+    return scrub_campaign(root, out, opts.workers or allocated_cpus())

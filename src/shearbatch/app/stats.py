@@ -98,6 +98,9 @@ class StatsOutcome(NamedTuple):
     """The campaign line of ``bias-extract`` when this call extracted the table, else None."""
     summary: Path
     """The summary table read."""
+    verified: str | None = None
+    """When its inputs were last verified (the scrub's record beside the table:
+    :func:`shearbatch.analysis.scrub.last_verified_line`), or that they never were."""
 
     def lines(self) -> list[str]:
         """``bias-stats``' printed summary (:func:`shearbatch.analysis.report.summary_lines`),
@@ -108,6 +111,8 @@ class StatsOutcome(NamedTuple):
         if self.extracted is not None:
             out.append(f"extracted {self.summary} (none, or older than a realization file); "
                        f"campaign: {self.extracted}")  # fmt: skip
+        if self.verified is not None:
+            out.append(self.verified)
         out += summary_lines(self.result, self.results_path, self.plot_dir)
         if self.report is not None:
             out.append(f"report: {self.report}")
@@ -275,8 +280,10 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
     if ck.report is not None:
         report = write_report(res, digest, plot_dir, posterior_dir, ck.report,
                               command=opts.command)  # fmt: skip
+    from ..analysis.scrub import last_verified_line
+
     return StatsOutcome(res, path, plot_dir, report, inp.progress if inp.extracted else None,
-                        inp.summary)  # fmt: skip
+                        inp.summary, last_verified_line(inp.summary))  # fmt: skip
 
 
 def _is_interim(table: Any, summary: Path) -> bool:

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from ..app import ExtractOptions, StageError, extract_slice, run_extract
+from ..app import ExtractOptions, StageError, extract_slice, run_extract, run_verify
+from ..app.extract import EXIT_DAMAGED
 from .options import (
     _Command,
     _example,
@@ -27,7 +28,10 @@ logger = logging.getLogger("shearbatch")
 @click.command(
     cls=_Command,
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=_example("bias-extract --input-dir results/c    # -> results/c/summary.csv"),
+    epilog=_example(
+        "bias-extract --input-dir results/c    # -> results/c/summary.csv",
+        "bias-extract --input-dir results/c --verify    # -> results/c/summary.verified.json",
+    ),
 )
 @click.option(
     "--input-dir",
@@ -89,6 +93,18 @@ logger = logging.getLogger("shearbatch")
         default="none",
     ),
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help=_help(
+        "The scrub: read every file of every realization again against the checksums in its "
+        "convergence.json, whatever partials and summary.csv say, and print each damage "
+        "found (realization, file, what differs; 'after extraction' when a partial trusted "
+        "it whole). Writes only its record beside --output (summary.verified.json, read by "
+        "bias-stats); exit 1 when damage is found.",
+        default="off",
+    ),
+)
 @click.option("-v", "--verbose", is_flag=True, help=_help("Debug logging.", default="off"))
 @_version_option()
 def bias_extract(**kw: Any) -> int:
@@ -96,6 +112,9 @@ def bias_extract(**kw: Any) -> int:
 
     Directories that are not in the campaign's plan (campaign.json) are reported and
     marked in_plan = False in summary.csv.
+
+    Exit status: 0 done; 2 bad input; 4 an output could not be written; with --verify, 1
+    damage found (0: none).
     """
     _setup_logging(kw["verbose"])
     progress = kw["progress"] if kw["progress"] is not None else sys.stderr.isatty()
@@ -103,7 +122,17 @@ def bias_extract(**kw: Any) -> int:
                           convergence_config=kw["convergence_config"], progress=progress,
                           array_task_id=kw["array_task_id"],
                           array_task_count=kw["array_task_count"],
-                          array_indices=kw["array_indices"])  # fmt: skip
+                          array_indices=kw["array_indices"], verify=kw["verify"])  # fmt: skip
+    if opts.verify:
+        try:
+            rep = run_verify(opts)
+        except StageError as err:
+            raise _fail(str(err)) from None
+        except OSError as err:  # its record could not be written: one line, exit 4
+            return _write_failed(err)
+        for line in rep.lines():
+            click.echo(line)
+        return EXIT_DAMAGED if rep.n_damaged else 0
     if any(x is not None for x in (opts.array_task_id, opts.array_task_count,
                                    opts.array_indices)):  # fmt: skip
         try:

@@ -27,6 +27,17 @@ checksums of its ``posterior.nc`` and ``truth.json``) with the size and modifica
 of those two files. A realization whose key changed (redone, resumed, repaired) is *stale*
 in every partial and is read again; a realization in two partials (a copy under another
 name, an overlap of slices) is counted once (:func:`shearbatch.analysis.partials.gather`).
+
+**What each realization was trusted as.** The key (sizes and modification times) does not
+see a byte changed in place with its time put back. So a partial records too, per
+realization read ``ok``, the content checksums its read verified (variable
+``trusted_json``, :attr:`Partial.trusted`: ``{"convergence.json": <its record checksum>,
+"truth.json": <CRC>, "posterior.nc": {"bytes", "crc32"}}``, the values of its record's
+``checksums`` that the file's bytes then matched; null for a row not ``ok``). The scrub,
+``bias-extract --verify`` (:mod:`shearbatch.analysis.scrub`), reads every file again and
+tells damage since extraction (the content no longer matches what a partial trusted) from
+damage that was there before. A partial from before this variable has none (``trusted``
+None): its realizations read as never trusted.
 """
 
 from __future__ import annotations
@@ -125,7 +136,8 @@ def write_partial(
     path.parent.mkdir(parents=True, exist_ok=True)
     if len(rows) != len(keys):
         raise ValueError("write_partial: one key per row")
-    plain = [{k: v for k, v in r.items() if k != "_population"} for r in rows]
+    plain = [{k: v for k, v in r.items() if k not in ("_population", "_trusted")} for r in rows]
+    trusted = json.dumps([r.get("_trusted") for r in rows]).encode()
     pops = [(i, r["_population"]) for i, r in enumerate(rows) if r.get("_population")]
     n_gal = sum(int(np.shape(p["eps"])[0]) for _, p in pops)
     k = max((int(np.shape(p["eps"])[1]) for _, p in pops), default=1)
@@ -151,6 +163,10 @@ def write_partial(
                 v = ds.createVariable("rows_json", "u1", ("text",), chunksizes=(max(1, min(
                     len(text), 1 << 22)),), **opts)  # fmt: skip
                 v[:] = np.frombuffer(text, np.uint8)
+                ds.createDimension("trusted_text", len(trusted))
+                v = ds.createVariable("trusted_json", "u1", ("trusted_text",), chunksizes=(
+                    max(1, min(len(trusted), 1 << 22)),), **opts)  # fmt: skip
+                v[:] = np.frombuffer(trusted, np.uint8)
                 v = ds.createVariable("key", "u4", ("realization",), **opts)
                 v[:] = np.asarray(keys, np.uint32)
                 cg = max(1, min(CHUNK_GALAXIES, n_gal))
@@ -236,6 +252,20 @@ class Partial:
         with netCDF4.Dataset(self.path, "r") as ds:
             # int32: a partial holds one array task's realizations, never 2**31 of them
             return np.asarray(ds["realization_of"][:], np.int32)
+
+    @property
+    def trusted(self) -> list[dict[str, Any] | None] | None:
+        """Per row, the content checksums its extraction verified (module docstring; None
+        for a row not ``ok``), read from the file on each access; None for a partial written
+        before they were recorded."""
+        import netCDF4
+
+        with netCDF4.Dataset(self.path, "r") as ds:
+            if "trusted_json" not in ds.variables:
+                return None
+            text = np.asarray(ds["trusted_json"][:], np.uint8).tobytes()
+        got = json.loads(text)
+        return got if isinstance(got, list) and len(got) == self.n_realizations else None
 
     @property
     def rows(self) -> list[dict[str, Any]]:
