@@ -9,7 +9,9 @@ are the lockstep fit's (the vmapped per-realization program) and its mode agrees
 to rounding in posterior sd. The batch report's efficiency is counted inside the program.
 
 Level 2 with 4 galaxies per realization (the interim model, Gauss-Newton then Newton,
-Student-t draws at the target mode, as configs/level2.yaml), 8 realizations on 2 lanes.
+Student-t draws at the target mode, as configs/level2.yaml), 8 realizations on 2 lanes;
+exact Newton to its default 1e-10, and in the slow tier to configs/level2.yaml's 1e-5 (the
+bitwise properties the same; the lockstep comparison to 2 sqrt(2 tol) sd).
 """
 
 from pathlib import Path
@@ -70,14 +72,25 @@ def test_refill_loop_gives_each_realizations_own_loop(lanes):
 # --------------------------------------------------------------- Level 2, 4 galaxies
 
 
-@pytest.fixture(scope="module")
-def level2(module_tmp):
-    # exact Newton to its default 1e-10 (configs/level2.yaml ships 1e-5): the lockstep
-    # program is compiled separately, and only the last exact iteration washes out the
-    # float32 Gauss-Newton rounding between the two; refilling does not depend on it (the
-    # bitwise test below also holds at 1e-5, seen by hand)
-    cfg = write_config(module_tmp / "l2.yaml",
-                       {"image.n_objects": 4, "inference.map_config.tol": None},
+#: configs/level2.yaml's map_config.tol (1e-5)
+SHIPPED_TOL = load_config(ROOT / "configs" / "level2.yaml").inference.map_config.tol
+
+
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(None, id="tol_null"),
+            pytest.param(SHIPPED_TOL, id="tol_shipped", marks=pytest.mark.slow)],
+)  # fmt: skip
+def level2(module_tmp, request):
+    """The config, keys and images; exact Newton to its default 1e-10 (null) or, in the
+    slow tier, to configs/level2.yaml's 1e-5. At 1e-10 the lockstep program (compiled
+    separately) agrees with the refilled one to rounding: the last exact iteration washes
+    out the float32 Gauss-Newton rounding between the two. At 1e-5 each stops within
+    sqrt(2 tol) posterior sd of the mode (test_step_counts_and_flags_are_the_lockstep_fits).
+    Refilling itself (the bitwise tests) does not depend on tol."""
+    tol = request.param
+    cfg = write_config(module_tmp / f"l2_{tol}.yaml",
+                       {"image.n_objects": 4, "inference.map_config.tol": tol},
                        base=ROOT / "configs" / "level2.yaml")  # fmt: skip
     spec = run_spec(load_config(cfg))
     plan = plan_campaign([0.02], n_realizations=2, base_seed=0, paired=True,
@@ -99,7 +112,8 @@ def programs(level2):
     rep = lambda a, r: jnp.repeat(a[r : r + 1], B, axis=0)  # noqa: E731
     alone = [jax.device_get(refilled(rep(keys, r), rep(images, r))) for r in range(B)]
     return {"method": method, "batch": batch, "alone": alone,
-            "lockstep": jax.device_get(lockstep(keys, images))}  # fmt: skip
+            "lockstep": jax.device_get(lockstep(keys, images)),
+            "tol": spec.inference.settings.tol}  # fmt: skip
 
 
 def _lane(tree, r):
@@ -125,13 +139,23 @@ def test_a_refilled_lane_is_bitwise_the_realization_run_alone(programs):
 def test_step_counts_and_flags_are_the_lockstep_fits(programs):
     """Same iterations as the vmapped per-realization fit: equal step counts and flags,
     the same mode and draws to rounding in posterior sd (the programs' widths differ, so
-    XLA may vectorise the same arithmetic differently)."""
+    XLA may vectorise the same arithmetic differently). At the shipped tol (slow tier)
+    the two programs' float32 Gauss-Newton roundings are not washed out: each fit stops
+    at a half-decrement <= tol, i.e. within sqrt(2 tol) posterior sd of the mode (the
+    Newton step still to go, whose whitened norm bounds every coordinate's shift in its
+    marginal sd), so the two modes, and the draws made from them with the same random
+    numbers, agree to 2 sqrt(2 tol) = 8.9e-3 sd, the step counts to one step."""
     got, ref = programs["batch"], programs["lockstep"]
-    np.testing.assert_array_equal(got.info.n_steps, ref.info.n_steps)
     np.testing.assert_array_equal(got.info.converged, ref.info.converged)
     np.testing.assert_array_equal(got.info.laplace_ok, ref.info.laplace_ok)
     agree = agreement(got, ref)
-    assert agree.within() and agree.max_steps_diff == 0, agree
+    if programs["tol"] is None:
+        np.testing.assert_array_equal(got.info.n_steps, ref.info.n_steps)
+        assert agree.within() and agree.max_steps_diff == 0, agree
+    else:
+        bound = 2.0 * np.sqrt(2.0 * programs["tol"])
+        assert agree.max_diff_sd <= bound and agree.flags_equal, agree
+        assert agree.max_steps_diff <= 1 and agree.max_abs_info_diff <= bound, agree
 
 
 @pytest.fixture(scope="module")
