@@ -1493,3 +1493,53 @@ def test_printed_values_are_the_bias_results_values():
             v, e = (r(folder + "printed.txt") for r in stat(comp, folder + "printed.txt"))
             assert math.isclose(float(v), res[comp], rel_tol=1e-3), (folder, comp)
             assert math.isclose(float(e), res[comp + "_err"], rel_tol=1e-2), (folder, comp)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A bound quoted in a document ("within 3e-5", "less than 1e-3") that its record must
+    meet: the text as quoted, in a section naming the record, and ``holds(J)`` true."""
+
+    doc: str
+    text: str
+    record: str
+    holds: Callable[[Callable[..., Any]], bool]
+    cite: str
+
+
+def _ana_diff(J: Callable[..., Any], name: str, key: str) -> float:
+    return J(VAL + f"anacal/{name}/validation.json", f"estimators.differences.anacal - map.{key}")
+
+
+def _halves_from_200(J: Callable[..., Any]) -> float:
+    return max(abs(r["halves"]["dm"]) for r in J(DRAWS, "measured.rows") if r["K"] >= 200)
+
+
+BOUNDS = [
+    Bound(VM, "is within\n3e-5 from 200 on", DRAWS, lambda J: _halves_from_200(J) <= 3e-5,
+          "results/benchmarks/draws.json"),
+    Bound(RM, "within 3e-5 of a known answer from 200 draws", DRAWS,
+          lambda J: _halves_from_200(J) <= 3e-5, "draws.json"),
+    Bound(VM, "draws (what `configs/level2.yaml` shipped then) the Student-t proposal is within 1e-4 of the reference", EST,
+          lambda J: all(abs(est_row(p, 1000, "dm")(J)) <= 1e-4 for p in ("student_t", "student_t_narrow")),
+          "results/benchmarks/estimator.json"),
+    Bound(VM, "on 2,400 seeds AnaCal's m1 and m2 are each within 2 of its sigma of\nzero",
+          VAL + "anacal/level2_2d/validation.json",
+          lambda J: all(abs(_ana(J, "level2_2d", c)) < 2 * _ana(J, "level2_2d", c + "_err") for c in ("m1", "m2")),
+          "results/validation/anacal/"),
+    Bound(VM, "with the forward model's\nwithin 1.5 sigma of their paired difference", VAL + "anacal/level2_2d/validation.json",
+          lambda J: all(abs(_ana_diff(J, "level2_2d", d)) <= 1.5 * _ana_diff(J, "level2_2d", d + "_err")
+                        for d in ("dm1", "dm2")),
+          "results/validation/anacal/"),
+    Bound(VM, "and m2 differs by\nless than 1e-3 (the table's paired difference)", VAL + "anacal/level2_snr1000/validation.json",
+          lambda J: abs(_ana_diff(J, "level2_snr1000", "dm2")) < 1e-3, "results/validation/anacal/"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("bound", BOUNDS, ids=lambda b: f"{b.doc}:{b.text[:40]}")
+def test_quoted_bound_holds_in_its_record_and_the_section_names_it(bound):
+    quoted = squash(bound.text)
+    found = [s for s in sections(bound.doc) if quoted in s]
+    assert found, f"{bound.doc} does not quote {quoted!r}"
+    assert any(bound.cite in s for s in found), f"{bound.doc}: {quoted!r} without {bound.cite}"
+    assert bound.holds(lambda path, key: get(load(path), key)), (bound.text, bound.record)
