@@ -176,11 +176,21 @@ def test_cost(tmp_path):
         (1, "newton"), (1, "gauss_newton"), (8, "gauss_newton")]  # fmt: skip
     assert all(0 < r["lockstep_efficiency"] <= 1 and r["all_converged"] for r in rec["vs_m"])
     (cmp,) = rec["optimizer_comparison"]
-    # each fit stops within sqrt(2 tol) posterior sd of the mode (half its Newton decrement
-    # <= tol, configs/level2.yaml's map_config.tol), so two optimizers' modes agree to twice that
+    # A fit stops at half its Newton decrement dec <= tol (configs/level2.yaml's
+    # map_config.tol, 1e-5); the Newton step still to go, sqrt(2 dec) in whitened units,
+    # bounds each coordinate's distance to the mode in its marginal posterior sd
+    # (Cauchy-Schwarz). So the two optimizers' modes agree to sqrt(2 dec_newton) +
+    # sqrt(2 dec_gn), at most 2 sqrt(2 tol) = 8.9e-3 sd (what tol guarantees). The bound is
+    # the fits' own decrements' (each asserted <= tol), x1.5 for the sd being the std of
+    # the draws (~7% error at 200 antithetic draws), + 1e-6 sd for rounding. Measured here
+    # (2-core CPU, tol 1e-5): 2.35e-3 sd against 2.90e-3 (bound 4.4e-3); the committed
+    # cost.json's ~1e-5 sd was recorded at tol 1e-10 (before 9334ce2; ceiling 2.8e-5).
     tol = yaml.safe_load((ROOT / "configs" / "level2.yaml").read_text())["inference"]["map_config"]
-    bound = max(1e-3, 2.0 * np.sqrt(2.0 * (tol.get("tol") or 1e-10)))
-    assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < bound
+    tol = tol.get("tol") or 1e-10
+    decs = [r["max_decrement"] for r in rec["vs_m"] if r["M"] == 1]
+    assert len(decs) == 2 and max(decs) <= tol, decs
+    bound = 1.5 * sum(np.sqrt(2.0 * d) for d in decs) + 1e-6
+    assert cmp["case"] == "1" and cmp["max_mode_diff_sd"] < bound, (cmp, decs)
 
 
 def test_estimator(tmp_path):
