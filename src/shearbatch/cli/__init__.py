@@ -18,6 +18,7 @@ would not finish before ``--time-limit`` / ``SLURM_JOB_END_TIME``; 4 an output
 file could not be written (disk full, directory unwritable); 130 / 143 stopped by
 SIGINT (Ctrl-C) / SIGTERM. In those four cases every realization is complete or
 absent, and the same command resumes.
+``bias-extract --verify`` (the scrub): 1 damage found, 0 none.
 """
 
 from typing import TYPE_CHECKING, Any
