@@ -91,9 +91,10 @@ def convergence(samples: dict[str, np.ndarray], n: int, detail=None) -> dict[str
                          "frac_abs_e_gt_0.9": float(np.mean(e[bb, ..., j] > 0.9))})  # fmt: skip
         good = ok.reshape(b, m)
         out["missing"] = rows
-        out["ok_galaxies"] = {"snr_median": float(np.median(snr[good])),
-                              "hlr_median": float(np.median(cut["hlr"].transpose(0, 3, 1, 2)[good])),
-                              "frac_abs_e_gt_0.9": float(np.mean(e.transpose(0, 3, 1, 2)[good] > 0.9))}  # fmt: skip
+        if good.any():  # (none at a smoke test's few draws: no figure, not a NaN)
+            out["ok_galaxies"] = {"snr_median": float(np.median(snr[good])),
+                                  "hlr_median": float(np.median(cut["hlr"].transpose(0, 3, 1, 2)[good])),
+                                  "frac_abs_e_gt_0.9": float(np.mean(e.transpose(0, 3, 1, 2)[good] > 0.9))}  # fmt: skip
     return out
 
 

@@ -84,11 +84,11 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "khat_level2", repeats=1)
     ap.add_argument("--batches", type=int, default=64)
     ap.add_argument("--ks", type=int, nargs="+", default=[50, 100, 200, 500, 1000])
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     h.configure(True)
     info = h.provenance("float64")
     h.banner(info)

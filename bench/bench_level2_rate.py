@@ -241,7 +241,7 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
         ax3.legend(fontsize=7)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "level2_rate", repeats=2)
     ap.add_argument("--batch", type=int, default=16, help="realizations per batch")
     ap.add_argument("--batches", type=int, default=6)
@@ -250,7 +250,7 @@ def main() -> None:
                     help="batches of `before` for the draws study on real galaxies (the first "
                          "--batches of them timed)")  # fmt: skip
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     h.configure(True)
     info = h.provenance("float64")
     h.banner(info)

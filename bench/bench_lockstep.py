@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     h.configure(a.x64)
     res: dict[str, Any] = {**h.provenance("float64" if a.x64 else "float32"),
                            "settings": h.settings(a), "rows": []}  # fmt: skip
+    # a config outside the repository is recorded by its name (the record holds no path)
+    res["settings"]["config"] = h.rel(h.ROOT / a.config)
     h.banner(res)
     table = h.Table([("program", "9s"), ("lanes", "5d"), ("batch", "5d"), ("eff", "6.3f"),
                      ("executed", "9.0f"), ("needed", "7d"), ("max", "4d"), ("s/batch", "8.2f"), ("fit_s", "6.2f"),

@@ -75,10 +75,10 @@ def draw(fig, res: dict[str, Any]) -> None:
     ax.legend()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "memory", repeats=1)
     ap.add_argument("--lanes", type=int, nargs=2, default=[2, 8])
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     h.configure(True)
     res = h.provenance("float64")
     h.banner(res)
