@@ -218,12 +218,23 @@ def test_the_shipped_config_bounds_the_slowest_lane_too(tol):
 )
 def test_fits_that_converged_before_take_the_same_steps_to_the_same_mode(case, request):
     """Every fit that converged before (its stopping rule met, not flagged) is the same
-    fit now, bit for bit: steps, mode, Laplace factor, widths, decrement (the same
-    program shape on both sides, so at any tol; slow tier: at the shipped 1e-5)."""
+    fit now, bit for bit: steps, mode, Laplace factor, widths, decrement. At the shipped
+    1e-5 (slow tier) a fit can also converge before after more than GN_MAX_STEPS
+    Gauss-Newton steps (the looser tol met on the crawl): the cap changes its path, so
+    it is not the same fit; it still converges by the rule, at a half-decrement <= tol.
+    Its mode is NOT within 2 sqrt(2 tol) = 8.9e-3 sd of the other's: on the 2-core CPU
+    g1_+0.0200_g2_-0.0200_s754's largest coordinate shift was 0.029 of its Laplace sd
+    (both half-decrements 5e-6 to 1e-5), so the quadratic model behind the sqrt(2 tol)
+    bound does not hold there (presumably seed 754's galaxy on the |e| = 1 bound; not
+    checked which coordinate). The others (the rules never engaged) are the same fit
+    bit for bit."""
     before, now = request.getfixturevalue(case)
     conv = [(b, a) for b, a in zip(before, now, strict=True) if b.converged_by_rule]
     assert len(conv) >= {"seed754": 1, "floor32": 10, "seed754_shipped": 1}[case]
     for b, a in conv:
+        if case == "seed754_shipped" and int(b.lap.opt.gn_steps) > map_.GN_MAX_STEPS:
+            assert a.converged_by_rule and float(a.lap.decrement) <= SHIPPED_TOL, a.run_id
+            continue
         assert a.steps == b.steps and a.flags == b.flags, a.run_id
         for x, y in zip(jax.tree.leaves(a.lap), jax.tree.leaves(b.lap), strict=True):
             np.testing.assert_array_equal(x, y, err_msg=a.run_id)
