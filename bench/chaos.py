@@ -1,25 +1,33 @@
 """Chaos run: kill and restart a 256-realization campaign at random moments; the result
 set must equal an uninterrupted run's exactly.
 
-A Level 0 campaign (16x16 stamps, MAP, float64, 4 shears x 64 seeds, batch size 8) is
+A Level 0 campaign (16x16 stamps, MAP, float64, 4 shears x 64 seeds, batch size 4) is
 run once without interruption (the reference) and once under chaos: two bias-run
 processes at a time into one output root (slot A alternates between array task 0 of 2
 and the whole campaign, which overlaps both tasks; slot B is array task 1 of 2), each
 restarted as soon as it ends; ``--kills`` times a random running process is killed at a
-random moment: half at a random time after its start (start-up, compile), half once the
-campaign has gained a random 1-16 realizations since it started (sampling, writing); one
-kill is a SIGTERM, the others SIGKILL. When the kills are spent both run to completion. Checked:
+moment of its running work: never before that process has itself written a batch (its
+log's ``batch i/n: k realization(s)``, logged once the batch's files are written) nor
+after its last batch (its work done), then
+half at a random time up to ``--max-delay`` s after its first batch landed (computing the
+next), half once it has written a random 1-2 batches (writing); one kill is a SIGTERM, one
+a SIGINT, the others SIGKILL. Each kill's exit status is asserted (SIGKILL: -9; bias-run
+after SIGTERM: 143, after SIGINT: 130: docs/getting-started.md "Exit statuses") and
+recorded with its evidence: how many realizations and batches that process had written
+when hit, its age, and the time since its first batch. When the kills are spent both run
+to completion. Checked:
 
 - every planned realization complete, none failed, nothing extra;
 - MAP draws of g1, g2 bit-identical to the reference (same lane count);
 - nothing complete was redone (a convergence.json never changes once seen);
 - bias-extract: "256 of 256 planned realization(s) complete";
+- every kill hit a process that had written >= 1 batch, and exited with its signal's status;
 - leftovers: temporary files and the claims file (counted, reported).
 
 Prints a table of events and writes ``results/benchmarks/chaos.json`` and a PNG. The
 machine is shared: timings in the record are wall-clock under whatever load it had.
 
-    python bench/chaos.py [--kills 20] [--seed 0] [--n-realizations 64]
+    python bench/chaos.py [--kills 20] [--seed 0] [--n-realizations 64] [--batch-size 4]
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -42,11 +51,15 @@ import _harness as h
 
 BIN = Path(sys.executable).parent
 GRID = ("-0.05", "-0.02", "0.02", "0.05")
+# the engine's line once a batch's files are written (engine/loop.py, after sink.flush())
+BATCH_LINE = re.compile(r"INFO shearbatch\.engine[\w.]*: batch (\d+)/(\d+): (\d+) realization")
+# the exit status each signal must give (docs/getting-started.md "Exit statuses")
+EXPECTED_EXIT = {"SIGKILL": -signal.SIGKILL, "SIGTERM": 143, "SIGINT": 130}
 
 
-def command(cfg: Path, root: Path, n: int, task: int | None) -> list[str]:
+def command(cfg: Path, root: Path, n: int, task: int | None, batch: int = 8) -> list[str]:
     cmd = [str(BIN / "bias-run"), "--config", str(cfg), "--shear-grid", *GRID,
-           "--n-realizations", str(n), "--batch-size", "8", "--x64", "--no-progress",
+           "--n-realizations", str(n), "--batch-size", str(batch), "--x64", "--no-progress",
            "--output-dir", str(root)]  # fmt: skip
     if task is not None:
         cmd += ["--array-task-id", str(task), "--array-task-count", "2"]
@@ -64,6 +77,19 @@ def complete(root: Path) -> dict[str, int]:
     return out
 
 
+def written(log: Path) -> tuple[int, int, int]:
+    """(batches, realizations) a bias-run has written, from its log's batch lines, and its
+    batches left (0 once its last batch is written: its work is done, it only finishes)."""
+    try:
+        text = log.read_text(errors="replace")
+    except FileNotFoundError:
+        return 0, 0, 0
+    got = [(int(m.group(1)), int(m.group(2)), int(m.group(3))) for m in BATCH_LINE.finditer(text)]
+    if not got:
+        return 0, 0, 0
+    return len(got), sum(k for *_, k in got), got[-1][1] - got[-1][0]
+
+
 def draws(root: Path, rid: str) -> dict[str, np.ndarray]:
     from shearbatch.io import read_posterior
 
@@ -71,13 +97,19 @@ def draws(root: Path, rid: str) -> dict[str, np.ndarray]:
     return {k: post[k] for k in ("g1", "g2")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = h.parser(__doc__, "chaos", repeats=1)
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-realizations", type=int, default=64, help="per shear (4 shears)")
-    ap.add_argument("--max-delay", type=float, default=30.0, help="latest kill after a start, s")
-    args = ap.parse_args()
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument(
+        "--max-delay",
+        type=float,
+        default=10.0,
+        help="latest time-triggered kill after the process's first batch, s",
+    )
+    args = ap.parse_args(argv)
     info = h.provenance("float64")
     h.banner(info)
     rng = random.Random(args.seed)
@@ -92,33 +124,42 @@ def main() -> int:
 
         t0 = time.perf_counter()
         ref = tmp / "reference"
-        subprocess.run(command(cfg, ref, args.n_realizations, None), check=True, env=env,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(command(cfg, ref, args.n_realizations, None, args.batch_size),
+                       check=True, env=env, capture_output=True)  # fmt: skip
         ref_wall = time.perf_counter() - t0
         print(f"reference: {len(complete(ref))} realizations in {ref_wall:.1f} s")
 
         root = tmp / "chaos"
+        logs = tmp / "logs"
+        logs.mkdir()
         events, seen, redone = [], {}, set()
-        kills_left, sigterm_at = args.kills, rng.randrange(args.kills)
-        slots: dict[str, tuple[subprocess.Popen, float, str, float]] = {}
+        kills_left = args.kills
+        special = rng.sample(range(args.kills), min(2, args.kills))
+        sig_of = {k: signal.SIGTERM if i == 0 else signal.SIGINT for i, k in enumerate(special)}
+        slots: dict[str, dict] = {}
         starts = {"A": 0, "B": 0}
         t_chaos = time.perf_counter()
 
         def launch(slot: str) -> None:
             task = 1 if slot == "B" else (0 if starts["A"] % 2 == 0 else None)
             starts[slot] += 1
-            proc = subprocess.Popen(command(cfg, root, args.n_realizations, task), env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            log = logs / f"{slot}{starts[slot]}.log"
+            with log.open("w") as fh:
+                proc = subprocess.Popen(
+                    command(cfg, root, args.n_realizations, task, args.batch_size), env=env,
+                    stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
             what = "whole campaign" if task is None else f"task {task} of 2"
-            # half the kills at a random time after the start (start-up, compile), half once
-            # this process has written a random number of realizations (sampling, writing)
+            # every kill hits running work: never before this process has written a batch;
+            # then half at a random time after its first batch landed (computing the next),
+            # half once it has written a random 1-2 batches (writing)
             if kills_left <= 0:
                 kill_at = None
             elif rng.random() < 0.5:
-                kill_at = ("time", rng.uniform(0.5, args.max_delay))
+                kill_at = ("time", rng.uniform(0.0, args.max_delay))
             else:
-                kill_at = ("written", len(complete(root)) + rng.randint(1, 16))
-            slots[slot] = (proc, time.perf_counter(), what, kill_at)
+                kill_at = ("batches", rng.randint(1, 2))
+            slots[slot] = {"proc": proc, "t": time.perf_counter(), "what": what,
+                           "kill_at": kill_at, "log": log, "first_batch": None}  # fmt: skip
 
         def watch() -> None:
             now = complete(root)
@@ -132,34 +173,49 @@ def main() -> int:
         while slots:
             time.sleep(0.1)
             watch()
-            n_now = len(complete(root))
-            for slot, (proc, t_start, what, kill_at) in list(slots.items()):
-                age = time.perf_counter() - t_start
+            for slot, st in list(slots.items()):
+                proc, what, kill_at = st["proc"], st["what"], st["kill_at"]
+                now = time.perf_counter()
+                age = now - st["t"]
                 rc = proc.poll()
-                due = kill_at is not None and (
-                    age >= kill_at[1] if kill_at[0] == "time" else n_now >= kill_at[1]
-                )
+                n_batches, n_written, n_left = written(st["log"])
+                if n_batches and st["first_batch"] is None:
+                    st["first_batch"] = now
+                # running work: >= 1 batch written by this process, >= 1 still to come
+                due = kill_at is not None and n_batches >= 1 and n_left >= 1 and (
+                    now - st["first_batch"] >= kill_at[1] if kill_at[0] == "time"
+                    else n_batches >= kill_at[1]
+                )  # fmt: skip
                 if rc is None and due and kills_left:
                     kills_left -= 1
-                    sig = signal.SIGTERM if kills_left == sigterm_at else signal.SIGKILL
+                    sig = sig_of.get(kills_left, signal.SIGKILL)
                     proc.send_signal(sig)
                     t_kill = time.perf_counter()
                     rc = proc.wait()
                     events.append({"t": round(t_kill - t_chaos, 2), "slot": slot, "what": what,
                                    "signal": sig.name, "after_s": round(age, 2),
                                    "trigger": kill_at[0],
-                                   "exit": rc, "stop_s": round(time.perf_counter() - t_kill, 2),
+                                   "written_when_hit": n_written, "batches_when_hit": n_batches,
+                            "batches_left_when_hit": n_left,
+                                   "since_first_batch_s": round(t_kill - st["first_batch"], 2),
+                                   "exit": rc, "expected_exit": EXPECTED_EXIT[sig.name],
+                                   "exit_ok": rc == EXPECTED_EXIT[sig.name],
+                                   "stop_s": round(time.perf_counter() - t_kill, 2),
+                                   "written_at_exit": written(st["log"])[1],
                                    "complete": len(complete(root))})  # fmt: skip
                     print(
                         f"{events[-1]['t']:7.1f} s  {sig.name:7s} {slot} ({what}) after "
-                        f"{age:5.1f} s -> exit {rc}; {events[-1]['complete']} complete"
+                        f"{age:5.1f} s, {n_written} written by it ({n_batches} batches) -> exit "
+                        f"{rc} (expected {EXPECTED_EXIT[sig.name]}); "
+                        f"{events[-1]['complete']} complete"
                     )
                 elif rc is None:
                     continue
                 else:
-                    events.append({"t": round(time.perf_counter() - t_chaos, 2), "slot": slot,
+                    events.append({"t": round(now - t_chaos, 2), "slot": slot,
                                    "what": what, "signal": None, "after_s": round(age, 2),
-                                   "exit": rc, "complete": len(complete(root))})  # fmt: skip
+                                   "exit": rc, "written_at_exit": written(st["log"])[1],
+                                   "complete": len(complete(root))})  # fmt: skip
                     print(
                         f"{events[-1]['t']:7.1f} s  ended   {slot} ({what}) after {age:5.1f} s"
                         f" -> exit {rc}; {events[-1]['complete']} complete"
@@ -196,6 +252,14 @@ def main() -> int:
             "chaos_wall_s": chaos_wall,
             "kills": sum(e["signal"] is not None for e in events),
             "sigterm": [e for e in events if e["signal"] == "SIGTERM"],
+            "sigint": [e for e in events if e["signal"] == "SIGINT"],
+            "kills_after_a_batch": sum(
+                e["signal"] is not None and e["batches_when_hit"] >= 1 for e in events
+            ),
+            "kills_exit_ok": sum(e["signal"] is not None and e["exit_ok"] for e in events),
+            "written_when_hit": [e["written_when_hit"] for e in events if e["signal"]],
+            "age_when_hit_s": [e["after_s"] for e in events if e["signal"]],
+            "bad_exits": [e for e in events if e["signal"] is None and e["exit"] != 0],
             "starts": starts,
             "events": events,
             "complete": len(got),
@@ -209,12 +273,20 @@ def main() -> int:
             "tmp_files_left": leftovers,
             "claims_file_left": (root / ".claims").exists(),
         }
+        kills = res["kills"]
         ok = (len(got) == n_planned and not res["extra"] and not mismatched and not redone
-              and statuses == {"ok": n_planned})  # fmt: skip
+              and statuses == {"ok": n_planned} and res["kills_after_a_batch"] == kills
+              and res["kills_exit_ok"] == kills and not res["bad_exits"])  # fmt: skip
         res["exact_result_set"] = ok
         print(
             f"complete {len(got)}/{n_planned}, bit-identical {res['draws_bit_identical']}, "
             f"redone {len(redone)}, tmp files left {len(leftovers)}; {extract_line}"
+        )
+        print(
+            f"kills {kills}: {res['kills_after_a_batch']} after the process's own batch "
+            f"(written when hit: {res['written_when_hit']}), {res['kills_exit_ok']} with the "
+            f"expected exit status; processes that ended by themselves not 0: "
+            f"{len(res['bad_exits'])}"
         )
         print(f"EXACT UNINTERRUPTED RESULT SET: {'yes' if ok else 'NO'}")
         h.write_json(res, args.out, draw)
@@ -227,14 +299,20 @@ def draw(fig, res) -> None:
     ax = fig.add_subplot(1, 1, 1)
     ev = res["events"]
     ax.plot([e["t"] for e in ev], [e["complete"] for e in ev], "-", color="0.7", lw=1)
-    for sig, mk, col in (("SIGKILL", "x", "C3"), ("SIGTERM", "s", "C1"), (None, "o", "C0")):
+    for sig, mk, col in (
+        ("SIGKILL", "x", "C3"),
+        ("SIGTERM", "s", "C1"),
+        ("SIGINT", "^", "C2"),
+        (None, "o", "C0"),
+    ):
         pts = [e for e in ev if e["signal"] == sig]
         ax.plot([e["t"] for e in pts], [e["complete"] for e in pts], mk, color=col,
                 label=sig or "process ended", ms=7)  # fmt: skip
     ax.axhline(res["n_planned"], color="k", lw=0.8, ls="--")
     ax.set_xlabel("time since the first start (s)")
     ax.set_ylabel("complete realizations")
-    ax.set_title(f"{res['kills']} kills, 2 concurrent processes: exact result set "
+    ax.set_title(f"{res['kills']} kills, each after the process's own batch, 2 concurrent "
+                 f"processes: exact result set "
                  f"{'yes' if res['exact_result_set'] else 'NO'}")  # fmt: skip
     ax.legend(loc="lower right")
 

@@ -31,9 +31,13 @@ A fault takes effect when:
   ``TIMEOUT`` and its log shows the engine's ``SIGTERM: no new batch`` after the fault.
   Aimed at a task whose engine is computing (its log shows the campaign started and the
   batches left would outlast the check), never at one still starting;
-- ``drain`` (the node set to ``DRAIN`` for 3-10 s, then ``RESUME``): SLURM shows the
-  node draining (``scontrol show node``) while at least one campaign task is RUNNING on
-  it (those runs' jobcomp records span the drain);
+- ``drain`` (the node set to ``DRAIN`` while campaign tasks compute on it, then
+  ``RESUME`` once at least 3-10 s have passed, one of those runs has ended and a job
+  needing the CPU it freed, the drain probe ``sbatch --wrap true``, has waited 5 s; at
+  most 180 s): read after the fact from jobcomp, a drained run spanned the drain and
+  ended while the node was drained, and the probe (or a campaign task pending then) started
+  only after the ``RESUME``: a new job refused. The node's state right after the command
+  is recorded, not counted;
 - ``disk_full`` (the output filesystem filled to the last byte by a filler file for
   3-10 s, while a task's engine is computing and writing): a task's log shows the
   engine's ``Error: cannot write ... No space left on device`` after the fill and that
@@ -41,8 +45,12 @@ A fault takes effect when:
   logged exit status 1 when the script's EXIT trap, the task's ``bias-extract``, failed in
   turn on the still-full disk), so the exit status is recorded, not required.
 
-A command that failed, or hit a task that had already ended, is recorded but not
-counted. The soak keeps injecting (the kind furthest from its count first; time-limit
+Every fault hits running work: its target runs (for ``scancel_array``, every run it
+cancels; for ``disk_full``, a run computing) have each written at least one batch (their
+log's ``batch i/n: k realization(s)``, logged once the batch's files are written) and
+have at least one batch left; each target's batches and realizations written and its age
+(``elapsed_s``, squeue's) are recorded with the fault. A command that failed, or hit a
+task that had already ended, is recorded but not counted. The soak keeps injecting (the kind furthest from its count first; time-limit
 faults whenever slurmctld's check is near and a task computes) until every kind has
 taken effect ``--min-effects`` times; a kind is not injected again while a fault of it
 awaits its effect, and no fault hits the target of a fault awaiting its effect. If the
@@ -376,7 +384,9 @@ def jobcomp(job_ids: list[str]) -> dict[str, int]:
 TICK_S = 30.0
 #: the state each kind of fault must end in to count (see the module's docstring)
 EXPECTED = {"scancel_task": "CANCELLED", "scancel_array": "CANCELLED", "requeue": "REQUEUED",
-            "time_limit": "TIMEOUT", "drain": "DRAINING", "disk_full": "ENOSPC"}  # fmt: skip
+            "time_limit": "TIMEOUT", "drain": "REFUSED", "disk_full": "ENOSPC"}  # fmt: skip
+#: a drain lasts until a drained run ended and a job was refused this long, or this long
+DRAIN_REFUSE_S, DRAIN_MAX_S = 5.0, 180.0
 SIGTERM_SEEN = "SIGTERM: no new batch"
 NO_SPACE = "No space left on device"
 
@@ -550,6 +560,15 @@ class TaskRun:
         self.offset = len(text.encode())
         last = text.rfind("array task ")
         tail = text[last:] if last >= 0 else ""
+        # what this run has written (its engine logs a batch once its files are written)
+        # and how many of its batches are left: a fault hits running work only when this
+        # run has written >= 1 batch and has >= 1 to come
+        landed = [(int(i), int(n), int(k)) for i, n, k in re.findall(
+            r"^\S+ \S+ INFO shearbatch\.engine[\w.]*: batch (\d+)/(\d+): (\d+) realization",
+            tail, re.M)]  # fmt: skip
+        self.written = len(landed)
+        self.written_realizations = sum(k for *_, k in landed)
+        self.batches_left = landed[-1][1] - landed[-1][0] if landed else None
         if "campaign: " in tail and not re.search(r"campaign done|^Error: |SIGTERM", tail, re.M):
             self.phase = "computing"
             eng = r"^(\S+ \S+) INFO shearbatch\.engine[\w.]*: "  # the engine's loggers
@@ -562,9 +581,17 @@ class TaskRun:
                 self.batches = (k, n)
                 self.left_s = (n - k) * pace
 
+    @property
+    def working(self) -> bool:
+        """Running work: this run has written >= 1 batch and has >= 1 left."""
+        return self.written >= 1 and (self.batches_left or 0) >= 1
+
     def brief(self) -> dict[str, Any]:
         return {"task": self.task, "job": self.job, "elapsed_s": self.elapsed,
                 "phase": self.phase, "batches_done": self.batches,
+                "batches_written": self.written,
+                "realizations_written": self.written_realizations,
+                "batches_left": self.batches_left,
                 "left_s": None if self.left_s is None else round(self.left_s, 1),
                 "log": self.log.name if self.log else None, "log_offset": self.offset}  # fmt: skip
 
@@ -754,21 +781,44 @@ class Soak:
                    cmd, at, rc, err)  # fmt: skip
         self.later.append((time.perf_counter() + self.rng.uniform(1, 5), "resubmit", None))
 
-    def drain(self) -> None:
+    def drain(self, working: list[TaskRun]) -> None:
+        """The node drained while ``working`` runs compute on it; resumed once one of them
+        has ended and a job submitted then (the drain probe, needing the CPU that run
+        freed) has waited while drained for :data:`DRAIN_REFUSE_S` s, or after
+        :data:`DRAIN_MAX_S` s. The effect is read after the fact (:meth:`resolve`)."""
         at = time.time()
         cmd = ["scontrol", "update", f"NodeName={self.node}", "State=DRAIN", "Reason=chaos"]
         rc, err = run_cmd(cmd)
-        state = node_state(self.node)
-        running = [r for r in squeue_tasks(self.jobs, self.logs) if r.state == "RUNNING"]
         hold = self.rng.uniform(3, 10)
         self.busy.add("drain")
-        self.later.append((time.perf_counter() + hold, "resume", None))
-        f = self.fault("drain", {"node": self.node, "running": [r.brief() for r in running]},
-                       cmd, at, rc, err, hold_s=round(hold, 1))  # fmt: skip
-        ok = rc == 0 and "DRAIN" in state["scontrol"] and bool(running)
-        self.settle(f, {"ok": ok, "state": ("DRAINING" if running else "DRAINED")
-                        if "DRAIN" in state["scontrol"] else state["scontrol"],
-                        "evidence": {**state, "running": [r.task for r in running]}})  # fmt: skip
+        f = self.fault("drain", {"node": self.node, "running": [r.brief() for r in working]},
+                       cmd, at, rc, err, hold_s=round(hold, 1), node_state=node_state(self.node),
+                       probe=None, _pending={})  # fmt: skip
+        self.later.append((time.perf_counter() + hold, "resume", f))
+
+    def drain_over(self, f: dict[str, Any]) -> bool:
+        """Whether the drain of ``f`` may end: a drained run ended, then the probe job
+        (and any campaign task pending) was refused for :data:`DRAIN_REFUSE_S` s."""
+        now = time.time()
+        if now - f["_at"] > DRAIN_MAX_S or f["rc"] != 0:
+            return True
+        targets = {r["task"] for r in f["target"]["running"]}
+        out = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(self.jobs), "-o", "%i|%T|%r"],
+                             capture_output=True, text=True, env=env(), check=False).stdout  # fmt: skip
+        rows = [ln.strip().split("|") for ln in out.splitlines() if ln.count("|") == 2]
+        running = {t for t, st, _ in rows if st == "RUNNING"}
+        if not targets - running:
+            return False  # every drained run still computes: nothing could be refused yet
+        for t, st, why in rows:  # campaign tasks waiting while the node is drained
+            if st == "PENDING" and why != "JobArrayTaskLimit":
+                f["_pending"].setdefault(t, {"reason": why, "seen": iso(now)})
+        if f["probe"] is None:  # a one-CPU job the freed CPU would run at once, undrained
+            f["probe"] = {"job": submit_wrap("true", "--job-name=chaos-drain-probe", "--time=2",
+                                             "--output=/dev/null"),
+                          "submitted": iso(now), "_t": now}  # fmt: skip
+            f["ended_target_seen"] = iso(now)
+            return False
+        return now - f["probe"]["_t"] >= DRAIN_REFUSE_S
 
     def disk_full(self, computing: list[TaskRun], running: list[TaskRun]) -> None:
         assert self.fs is not None
@@ -842,6 +892,42 @@ class Soak:
             return {"ok": ok, "state": "CANCELLED" if ok else ",".join(sorted(set(states.values()))),
                     "evidence": {"states": states, "log": logs,
                                  "jobcomp": [jobcomp_brief(e) for e in ends.values() if e]}}  # fmt: skip
+        if kind == "drain":  # after the fact, from jobcomp: who ran, ended, waited
+            if "_resumed" not in f:
+                return None
+            resumed = f["_resumed"]
+            ran, ended = {}, {}
+            for r in tg["running"]:
+                e = self.jc.end(r["task"], at)
+                if e is not None:
+                    ran[r["task"]] = jobcomp_brief(e)
+                    if epoch(e["EndTime"]) <= resumed + 1:  # its run ended while drained
+                        ended[r["task"]] = e["JobState"]
+            refused = {}  # jobs submitted or pending while drained, started after RESUME
+            waiting = dict(f["_pending"])
+            if f["probe"] is not None:
+                waiting[f["probe"]["job"]] = {"reason": "drain probe",
+                                              "seen": f["probe"]["submitted"]}  # fmt: skip
+            unseen = []
+            for key, w in waiting.items():
+                runs = self.jc.entries(key)
+                # its run after it was seen waiting (one cancelled while waiting never ran)
+                ran_at = [e for e in runs if epoch(e["StartTime"]) >= epoch(w["seen"]) - 1
+                          and (e["JobState"], e["StartTime"]) != ("CANCELLED", e["EndTime"])]  # fmt: skip
+                e = ran_at[0] if ran_at else None
+                if e is None:
+                    unseen.append(key)
+                elif epoch(e["StartTime"]) >= resumed - 1:
+                    refused[key] = {**w, "jobcomp": jobcomp_brief(e)}
+            if unseen and now - resumed < 600:
+                return None  # a waiting job's run has not ended yet
+            ok = bool(ended) and bool(refused)
+            return {"ok": ok, "state": "REFUSED" if ok else
+                    ("no drained run ended" if not ended else "no job refused"),
+                    "evidence": {"node_state_at_command": f["node_state"],
+                                 "ran_across_drain": ran, "ended_while_drained": ended,
+                                 "refused_while_drained": refused, "never_ran": unseen,
+                                 "drained_s": f.get("drained_s")}}  # fmt: skip
         if kind == "disk_full":
             hits = {}
             for p in self.logs.glob("*.out"):
@@ -873,9 +959,9 @@ class Soak:
             if f["kind"] == "requeue" and eff.get("ok"):
                 again = self.jc.later(f["target"]["task"], f["_at"])
                 eff["evidence"]["ran_again"] = jobcomp_brief(again) if again else None
-            if f["kind"] == "drain":
-                ends = [self.jc.end(r["task"], f["_at"]) for r in f["target"]["running"]]
-                eff["evidence"]["jobcomp"] = [jobcomp_brief(e) for e in ends if e]
+            if f["kind"] == "drain" and f.get("probe"):
+                run_cmd(["scancel", f["probe"]["job"]])  # if it still waits
+                f["probe"].pop("_t", None)
             for k in [k for k in f if k.startswith("_")]:
                 del f[k]
             eff.pop("_end", None)
@@ -890,7 +976,9 @@ class Soak:
         snap = squeue_tasks(self.jobs, self.logs)
         held = self.held()
         running = [r for r in snap if r.state == "RUNNING" and r.task not in held]
-        computing = [r for r in running if r.phase == "computing"]
+        # every fault hits running work: a run that has written >= 1 batch, >= 1 to come
+        working = [r for r in running if r.working]
+        computing = [r for r in running if r.phase == "computing" and r.working]
         nxt = self.ticks.next(now)
         # the time limit whenever slurmctld's check is near (but surely after the fault)
         # and a task computes with batches enough left to outlast it; the tasks that could
@@ -916,7 +1004,7 @@ class Soak:
                 keep = []
         if time.perf_counter() < next_at:
             return False
-        kill = [r for r in running if r not in keep]
+        kill = [r for r in working if r not in keep]
         others = [f for f in self.pending if f["kind"] != "drain"]
         # a requeued task waiting to run again is not cancelled with the array
         requeued = {f["target"]["task"] for f in self.faults if f["kind"] == "requeue"
@@ -925,8 +1013,10 @@ class Soak:
         opts = [k for k, ok in (
             ("scancel_task", bool(kill)),
             ("requeue", bool(kill)),
-            ("scancel_array", bool(running) and not others and not keep and not waiting),
-            ("drain", "drain" not in self.busy and bool(running)),
+            # every run the array's cancel ends has written a batch
+            ("scancel_array", bool(running) and len(working) == len(running) and not others
+             and not keep and not waiting and "drain" not in self.busy),
+            ("drain", "drain" not in self.busy and bool(working)),
             ("disk_full", self.fs is not None and "disk_full" not in self.busy
              and bool(computing) and not pend["time_limit"] and not keep),
         ) if ok and need[k] > 0 and not pend[k]]  # fmt: skip
@@ -939,7 +1029,7 @@ class Soak:
         elif kind == "scancel_array":
             self.scancel_array(running)
         elif kind == "drain":
-            self.drain()
+            self.drain(working)
         else:
             self.disk_full(computing, running)
         return True
@@ -954,8 +1044,15 @@ class Soak:
             elif what == "resubmit":
                 self.submit("after scancel of the array")
             elif what == "resume":
+                if arg is not None and not self.drain_over(arg):
+                    self.later.append((now + 1, "resume", arg))
+                    continue
                 sh(["scontrol", "update", f"NodeName={self.node}", "State=RESUME"])
                 self.busy.discard("drain")
+                if arg is not None:
+                    arg["_resumed"] = time.time()
+                    arg["resumed"] = iso(arg["_resumed"])
+                    arg["drained_s"] = round(arg["_resumed"] - arg["_at"], 1)
                 self.note("resume")
             elif what == "unfill":
                 Path(arg).unlink(missing_ok=True)

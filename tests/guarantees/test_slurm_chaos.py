@@ -9,8 +9,10 @@ campaigns on one scheduler (issues 36, 44).
   output filesystem (a tmpfs) full for a while. The test checks each effect itself
   against SLURM's jobcomp log and the task's log, not the soak's verdict: the task run
   ended CANCELLED; requeued (and ran again); TIMEOUT with the engine's SIGTERM line
-  after the fault; the node draining while a task that jobcomp shows running across the
-  drain was on it; the engine's ENOSPC error and the run ended failed. Then: every
+  after the fault; a run that jobcomp shows running across the drain ended while the node
+  was drained, and a job waiting then started only after the node's RESUME; the engine's
+  ENOSPC error and the run ended failed. Every fault's target runs had written at least
+  one batch and had one more to come. Then: every
   realization complete and bit-identical to an uninterrupted array's, no temporary or
   claims file left, none written twice, and bias-stats gives the same bias_results.json.
 - :func:`bench.chaos_slurm.two_campaigns`: two campaigns of different configs at once,
@@ -77,6 +79,11 @@ def check_effect(f: dict, jobcomp: list[dict[str, str]], logs: Path) -> None:
     the task's log (an AssertionError says what is missing)."""
     kind, tg, at = f["kind"], f["target"], _t(f["issued"])
     assert f["rc"] == 0, f
+    # every fault hit running work: its target runs had written a batch, one more to come
+    hit = [tg] if "task" in tg else tg["running"]
+    if kind == "disk_full":
+        hit = [r for r in hit if r["task"] in tg["computing"]]
+    assert hit and all(r["batches_written"] >= 1 and r["batches_left"] >= 1 for r in hit), f
     if kind in ("scancel_task", "requeue", "time_limit"):
         runs = _runs(jobcomp, tg["task"], at)
         assert runs, f"{kind}: no jobcomp record of {tg['task']} around {f['issued']}"
@@ -100,11 +107,24 @@ def check_effect(f: dict, jobcomp: list[dict[str, str]], logs: Path) -> None:
             runs = _runs(jobcomp, r["task"], at)
             assert runs and runs[0]["JobState"] == "CANCELLED", (f, r, runs)
     elif kind == "drain":
-        ev = f["effect"]["evidence"]
-        assert "DRAIN" in ev["scontrol"] and ev["sinfo"] == "draining", ev
-        assert tg["running"], f  # a campaign task ran on the node...
-        spans = [e for r in tg["running"] for e in _runs(jobcomp, r["task"], at)]
-        assert spans, f  # ...and SLURM's record has it running then
+        # not the node's state after the command: what SLURM's record shows afterwards
+        assert tg["running"], f  # campaign runs computed on the node...
+        resumed = _t(f["resumed"])
+        spans = {r["task"]: _runs(jobcomp, r["task"], at) for r in tg["running"]}
+        assert any(spans.values()), f  # ...SLURM's record has them running then...
+        ended = [e for runs in spans.values() for e in runs if _t(e["EndTime"]) <= resumed + 1]
+        assert ended, (f, spans)  # ...one of them ended while the node was drained...
+        # ...and a job waiting then (the drain probe, or a campaign task) ran only after RESUME
+        refused = []
+        for key in f["effect"]["evidence"]["refused_while_drained"]:
+            if "_" in key:
+                arr, idx = key.rsplit("_", 1)
+                runs = [e for e in jobcomp
+                        if (e.get("ArrayJobId"), e.get("ArrayTaskId")) == (arr, idx)]  # fmt: skip
+            else:
+                runs = [e for e in jobcomp if e.get("JobId") == key]
+            refused += [e for e in runs if _t(e["StartTime"]) >= resumed - 1]
+        assert refused, f
     elif kind == "disk_full":
         met = {}
         for name in f["effect"]["evidence"]["log"]:
