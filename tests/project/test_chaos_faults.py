@@ -1,0 +1,109 @@
+"""The chaos soaks' rules for faults into running work (issue 56), without SLURM or a run:
+
+- bench/chaos.py reads what a bias-run has written from its log's engine lines (a kill
+  comes only after >= 1 batch of its own and before its last);
+- bench/chaos_slurm.py's ``TaskRun`` calls a run "working" only once its log shows >= 1
+  batch written and >= 1 left, and a drain counts only when SLURM's jobcomp log shows, after
+  the fact, a drained run ending while the node was drained and a job waiting then
+  starting only after the RESUME (not the node's state right after the command).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ENGINE = "2026-11-29 01:00:{:02d},000 INFO shearbatch.engine.loop: "
+LOG = (
+    "array task 3 of 16 on vm\n"
+    + ENGINE.format(1) + "campaign: 100 realization(s) in 25 batch(es)\n"
+    + ENGINE.format(5) + "batch 1/25: 4 realization(s) in 3.10 s (simulation 0.1 s)\n"
+    + ENGINE.format(9) + "batch 2/25: 4 realization(s) in 3.00 s (simulation 0.1 s)\n"
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import chaos
+        import chaos_slurm
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return chaos, chaos_slurm
+
+
+def test_local_soak_reads_what_a_run_wrote(bench, tmp_path):
+    chaos, _ = bench
+    log = tmp_path / "A1.log"
+    assert chaos.written(log) == (0, 0, 0)  # not started: never a target
+    log.write_text("INFO shearbatch.app: compiling\n")
+    assert chaos.written(log) == (0, 0, 0)
+    log.write_text(LOG)
+    assert chaos.written(log) == (2, 8, 23)
+    log.write_text(LOG + ENGINE.format(30) + "batch 25/25: 4 realization(s) in 3.0 s\n")
+    assert chaos.written(log)[2] == 0  # the last batch written: no running work left
+    assert chaos.EXPECTED_EXIT == {"SIGKILL": -9, "SIGTERM": 143, "SIGINT": 130}
+
+
+def test_slurm_task_run_working_only_after_a_batch(bench, tmp_path):
+    _, cs = bench
+    log = tmp_path / "chaos_7_3.out"
+    log.write_text(LOG.split(ENGINE.format(5))[0])
+    run = cs.TaskRun("7_3", "RUNNING", 12.0, "9", log)
+    assert run.written == 0 and not run.working
+    log.write_text(LOG)
+    run = cs.TaskRun("7_3", "RUNNING", 20.0, "9", log)
+    assert (run.written, run.written_realizations, run.batches_left) == (2, 8, 23)
+    assert run.working
+    b = run.brief()
+    assert b["batches_written"] == 2 and b["realizations_written"] == 8 and b["elapsed_s"] == 20
+    # a requeued run's log goes on in the same file: only its last run counts
+    log.write_text(LOG + "array task 3 of 16 on vm\n")
+    assert not cs.TaskRun("7_3", "RUNNING", 1.0, "9", log).working
+
+
+def _jobcomp(path: Path, *runs: tuple[str, str, str, str]) -> None:
+    lines = []
+    for key, state, start, end in runs:
+        ids = (
+            f"JobId={key}"
+            if "_" not in key
+            else ("JobId=99{} ArrayJobId={} ArrayTaskId={}".format(key[-1], *key.split("_")))
+        )
+        lines.append(f"{ids} JobState={state} StartTime=2026-11-29T01:{start} "
+                     f"EndTime=2026-11-29T01:{end} ExitCode=0:0")  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _drain(cs, tmp_path, runs):
+    soak = object.__new__(cs.Soak)
+    _jobcomp(tmp_path / "jobcomp.log", *runs)
+    soak.jc = cs.Jobcomp(tmp_path / "nothing")
+    soak.jc.path, soak.jc.off = tmp_path / "jobcomp.log", 0
+    at, resumed = cs.epoch("2026-11-29T01:10:00"), cs.epoch("2026-11-29T01:10:40")
+    f = {"kind": "drain", "rc": 0, "_at": at, "_resumed": resumed, "drained_s": 40.0,
+         "node_state": {"scontrol": "MIXED+DRAIN", "sinfo": "draining"},
+         "target": {"running": [{"task": "7_3"}]}, "_pending": {},
+         "probe": {"job": "120", "submitted": "2026-11-29T01:10:30"}}  # fmt: skip
+    return soak.resolve(f)
+
+
+def test_drain_counts_only_a_refusal_seen_after_the_fact(bench, tmp_path):
+    _, cs = bench
+    # the drained run ended while drained, the probe ran only after the RESUME: counted
+    eff = _drain(cs, tmp_path, [("7_3", "COMPLETED", "09:00", "10:25"),
+                                ("120", "COMPLETED", "10:41", "10:41")])  # fmt: skip
+    assert eff["ok"] and eff["state"] == "REFUSED", eff
+    assert list(eff["evidence"]["refused_while_drained"]) == ["120"]
+    # the node drained (its state right after the command) but the run went on past the
+    # RESUME and nothing was refused: not counted
+    eff = _drain(cs, tmp_path, [("7_3", "COMPLETED", "09:00", "11:30"),
+                                ("120", "COMPLETED", "11:30", "11:30")])  # fmt: skip
+    assert eff is not None and not eff["ok"] and eff["state"] == "no drained run ended", eff
+    # the probe ran while the node was still drained: not counted
+    eff = _drain(cs, tmp_path, [("7_3", "COMPLETED", "09:00", "10:25"),
+                                ("120", "COMPLETED", "10:31", "10:31")])  # fmt: skip
+    assert not eff["ok"] and eff["state"] == "no job refused", eff
