@@ -95,9 +95,11 @@ def parse(log: str) -> dict[str, Any]:
         "loaded": len(re.findall(r": loaded the program exported by an earlier process", log)),
         "fallbacks": len(re.findall(r"traced with jit instead", log)),
     }
-    t_cfg = _time(log, r"shearbatch\.runtime: JAX ")
-    t_loop = _time(log, r"shearbatch\.engine: campaign: \d+ realizations")
-    t_b1 = _time(log, r"shearbatch\.engine: batch 1/")
+    # the loggers' names since the engine's modules moved (shearbatch.engine.runtime and
+    # .loop), and before (shearbatch.runtime and shearbatch.engine: an older commit's log)
+    t_cfg = _time(log, r"shearbatch(\.engine)?\.runtime: JAX ")
+    t_loop = _time(log, r"shearbatch\.engine(\.loop)?: campaign: \d+ realizations")
+    t_b1 = _time(log, r"shearbatch\.engine(\.loop)?: batch 1/")
     if batches and None not in (t_cfg, t_loop, t_b1):
         first, warm = batches[0], batches[1:]
         rec["setup_s"] = t_loop - t_cfg

@@ -261,7 +261,7 @@ def draw(fig, res: dict[str, Any]) -> None:
     bx.legend()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "host", repeats=3)
     ap.add_argument("--batch", type=int, default=256, help="realizations per batch")
     ap.add_argument("--configs", nargs="*", default=["level0", "level2"])
@@ -279,7 +279,7 @@ def main() -> None:
         default=1,
         help="writer processes while the critical path is measured",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from shearbatch.engine import runtime
     from shearbatch.schema import load_config

@@ -82,11 +82,11 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "level2_campaign", repeats=2)
     ap.add_argument("--n-realizations", type=int, default=32, help="seeds (x4 realizations)")
     ap.add_argument("--batch-size", type=int, default=16)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     info = h.provenance("float64")
     h.banner(info)
     t = h.Table([("variant", "8s"), ("run", "4d"), ("wall s", "7.1f"), ("batches", "8d"),

@@ -80,7 +80,8 @@ def gradient_time(spec, sim, lanes: int, repeats: int = 30) -> float:
     post = build_posterior(spec.model)
     obs = jnp.asarray(sim.images[0])
     x = post.x0.astype(obs.dtype)
-    xs = x + 0.01 * jax.random.normal(jax.random.PRNGKey(0), (lanes, x.shape[0]), obs.dtype)
+    noise = jax.random.normal(jax.random.PRNGKey(0), (lanes, x.shape[0]), obs.dtype)
+    xs = x[None, :] + 0.01 * noise
     vg = jax.jit(jax.vmap(jax.value_and_grad(lambda z: post.potential_fn(z, obs))))
     jax.block_until_ready(vg(xs))
     times = []

@@ -169,7 +169,7 @@ def draw(fig, res: dict[str, Any]) -> None:
     bx.set_title(f"{target[0]['n']} realizations, batch {target[0]['batch_size']}: writers")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "throughput", repeats=1)
     ap.add_argument("--n", type=int, default=1024, help="realizations of the target campaign")
     ap.add_argument("--batch-size", type=int, default=64, help="batch of the target campaign")
@@ -179,7 +179,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=50, help="files timed per writer")
     ap.add_argument("--no-processes", action="store_true", help="skip the process writers")
     ap.add_argument("--only-costs", action="store_true", help="part 3 only")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from shearbatch.engine import runtime
     from shearbatch.schema import load_config
