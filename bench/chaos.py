@@ -1,33 +1,37 @@
-"""Chaos run: kill and restart a 256-realization campaign at random moments; the result
+"""Chaos run: kill and restart a 1,024-realization campaign at random moments; the result
 set must equal an uninterrupted run's exactly.
 
-A Level 0 campaign (16x16 stamps, MAP, float64, 4 shears x 64 seeds, batch size 4) is
+A Level 0 campaign (16x16 stamps, MAP, float64, 4 shears x 256 seeds, batch size 4) is
 run once without interruption (the reference) and once under chaos: two bias-run
 processes at a time into one output root (slot A alternates between array task 0 of 2
 and the whole campaign, which overlaps both tasks; slot B is array task 1 of 2), each
 restarted as soon as it ends; ``--kills`` times a random running process is killed at a
-moment of its running work: never before that process has itself written a batch (its
-log's ``batch i/n: k realization(s)``, logged once the batch's files are written) nor
-after its last batch (its work done), then
-half at a random time up to ``--max-delay`` s after its first batch landed (computing the
-next), half once it has written a random 1-2 batches (writing); one kill is a SIGTERM, one
-a SIGINT, the others SIGKILL. Each kill's exit status is asserted (SIGKILL: -9; bias-run
-after SIGTERM: 143, after SIGINT: 130: docs/getting-started.md "Exit statuses") and
-recorded with its evidence: how many realizations and batches that process had written
-when hit, its age, and the time since its first batch. When the kills are spent both run
-to completion. Checked:
+moment of its running work: never before that process has itself written a complete
+realization directory (one that became complete while that process held its claim: the
+claims file's byte-range locks name their holder's pid, polled every 0.1 s), nor once it
+holds no claim left (its work done); then half at a random time up to ``--max-delay`` s
+after its first complete realization, half once it has written a random 1 to 2 x batch
+size of them. One kill is a SIGTERM, one a SIGINT, the others SIGKILL. (Its log's
+``batch i/n`` line is not the evidence: it comes once the batch is handed to the
+background writer, whose queued writes a SIGKILL loses; that count is recorded too, as
+computed.) Each kill's exit status is asserted (SIGKILL: -9; bias-run after SIGTERM:
+143, after SIGINT: 130: docs/getting-started.md "Exit statuses") and recorded with its
+evidence: how many complete realizations that process had written and how many it still
+held when hit, its age, and the time since its first complete one. When the kills are
+spent both run to completion. Checked:
 
 - every planned realization complete, none failed, nothing extra;
 - MAP draws of g1, g2 bit-identical to the reference (same lane count);
 - nothing complete was redone (a convergence.json never changes once seen);
-- bias-extract: "256 of 256 planned realization(s) complete";
-- every kill hit a process that had written >= 1 batch, and exited with its signal's status;
+- bias-extract: "1024 of 1024 planned realization(s) complete";
+- every kill hit a process that had written >= 1 complete realization and held >= 1 more,
+  and it exited with its signal's status;
 - leftovers: temporary files and the claims file (counted, reported).
 
 Prints a table of events and writes ``results/benchmarks/chaos.json`` and a PNG. The
 machine is shared: timings in the record are wall-clock under whatever load it had.
 
-    python bench/chaos.py [--kills 20] [--seed 0] [--n-realizations 64] [--batch-size 4]
+    python bench/chaos.py [--kills 20] [--seed 0] [--n-realizations 256] [--batch-size 4] [--max-delay 1]
 """
 
 from __future__ import annotations
@@ -101,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = h.parser(__doc__, "chaos", repeats=1)
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-realizations", type=int, default=64, help="per shear (4 shears)")
+    ap.add_argument("--n-realizations", type=int, default=256, help="per shear (4 shears)")
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument(
         "--max-delay",
         type=float,
-        default=10.0,
-        help="latest time-triggered kill after the process's first batch, s",
+        default=1.0,
+        help="latest time-triggered kill after the process's first complete realization, s",
     )
     args = ap.parse_args(argv)
     info = h.provenance("float64")
@@ -129,10 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         ref_wall = time.perf_counter() - t0
         print(f"reference: {len(complete(ref))} realizations in {ref_wall:.1f} s")
 
+        from shearbatch.io import claims
+
         root = tmp / "chaos"
         logs = tmp / "logs"
         logs.mkdir()
         events, seen, redone = [], {}, set()
+        planned = sorted(complete(ref))
+        holder: dict[str, int] = {}  # realization not yet complete -> pid holding its claim
+        by_pid: dict[int, int] = {}  # pid -> complete realizations it wrote
+        unattributed: set[str] = set()
         kills_left = args.kills
         special = rng.sample(range(args.kills), min(2, args.kills))
         sig_of = {k: signal.SIGTERM if i == 0 else signal.SIGINT for i, k in enumerate(special)}
@@ -157,16 +167,27 @@ def main(argv: list[str] | None = None) -> int:
             elif rng.random() < 0.5:
                 kill_at = ("time", rng.uniform(0.0, args.max_delay))
             else:
-                kill_at = ("batches", rng.randint(1, 2))
+                kill_at = ("written", rng.randint(1, 2 * args.batch_size))
             slots[slot] = {"proc": proc, "t": time.perf_counter(), "what": what,
                            "kill_at": kill_at, "log": log, "first_batch": None}  # fmt: skip
 
         def watch() -> None:
+            # a realization that became complete since the last poll was written by the
+            # process that held its claim then (claims: byte-range locks, by pid)
             now = complete(root)
             for rid, mt in now.items():
                 if rid in seen and seen[rid] != mt:
                     redone.add(rid)
+                if rid not in seen:
+                    pid = holder.get(rid)
+                    if pid:
+                        by_pid[pid] = by_pid.get(pid, 0) + 1
+                    else:
+                        unattributed.add(rid)
                 seen.setdefault(rid, mt)
+            holder.clear()
+            holder.update({r: p for r, p in claims.held(root, [r for r in planned if r not in now])
+                           .items() if p})  # fmt: skip
 
         launch("A")
         launch("B")
@@ -178,13 +199,16 @@ def main(argv: list[str] | None = None) -> int:
                 now = time.perf_counter()
                 age = now - st["t"]
                 rc = proc.poll()
-                n_batches, n_written, n_left = written(st["log"])
-                if n_batches and st["first_batch"] is None:
+                n_batches, n_computed, _ = written(st["log"])
+                # complete realization directories this process wrote, and its work left
+                n_written = by_pid.get(proc.pid, 0)
+                n_left = sum(p == proc.pid for p in holder.values())
+                if n_written and st["first_batch"] is None:
                     st["first_batch"] = now
                 # running work: >= 1 batch written by this process, >= 1 still to come
-                due = kill_at is not None and n_batches >= 1 and n_left >= 1 and (
+                due = kill_at is not None and n_written >= 1 and n_left >= 1 and (
                     now - st["first_batch"] >= kill_at[1] if kill_at[0] == "time"
-                    else n_batches >= kill_at[1]
+                    else n_written >= kill_at[1]
                 )  # fmt: skip
                 if rc is None and due and kills_left:
                     kills_left -= 1
@@ -195,17 +219,18 @@ def main(argv: list[str] | None = None) -> int:
                     events.append({"t": round(t_kill - t_chaos, 2), "slot": slot, "what": what,
                                    "signal": sig.name, "after_s": round(age, 2),
                                    "trigger": kill_at[0],
-                                   "written_when_hit": n_written, "batches_when_hit": n_batches,
-                            "batches_left_when_hit": n_left,
-                                   "since_first_batch_s": round(t_kill - st["first_batch"], 2),
+                                   "written_when_hit": n_written, "left_when_hit": n_left,
+                                   "batches_computed_when_hit": n_batches,
+                                   "computed_when_hit": n_computed,
+                                   "since_first_written_s": round(t_kill - st["first_batch"], 2),
                                    "exit": rc, "expected_exit": EXPECTED_EXIT[sig.name],
                                    "exit_ok": rc == EXPECTED_EXIT[sig.name],
                                    "stop_s": round(time.perf_counter() - t_kill, 2),
-                                   "written_at_exit": written(st["log"])[1],
+                                   "pid": proc.pid,
                                    "complete": len(complete(root))})  # fmt: skip
                     print(
                         f"{events[-1]['t']:7.1f} s  {sig.name:7s} {slot} ({what}) after "
-                        f"{age:5.1f} s, {n_written} written by it ({n_batches} batches) -> exit "
+                        f"{age:5.1f} s, {n_written} written by it ({n_left} left) -> exit "
                         f"{rc} (expected {EXPECTED_EXIT[sig.name]}); "
                         f"{events[-1]['complete']} complete"
                     )
@@ -214,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     events.append({"t": round(now - t_chaos, 2), "slot": slot,
                                    "what": what, "signal": None, "after_s": round(age, 2),
-                                   "exit": rc, "written_at_exit": written(st["log"])[1],
+                                   "exit": rc, "pid": proc.pid,
                                    "complete": len(complete(root))})  # fmt: skip
                     print(
                         f"{events[-1]['t']:7.1f} s  ended   {slot} ({what}) after {age:5.1f} s"
@@ -253,11 +278,14 @@ def main(argv: list[str] | None = None) -> int:
             "kills": sum(e["signal"] is not None for e in events),
             "sigterm": [e for e in events if e["signal"] == "SIGTERM"],
             "sigint": [e for e in events if e["signal"] == "SIGINT"],
-            "kills_after_a_batch": sum(
-                e["signal"] is not None and e["batches_when_hit"] >= 1 for e in events
+            "kills_into_running_work": sum(
+                e["signal"] is not None and e["written_when_hit"] >= 1 and e["left_when_hit"] >= 1
+                for e in events
             ),
             "kills_exit_ok": sum(e["signal"] is not None and e["exit_ok"] for e in events),
             "written_when_hit": [e["written_when_hit"] for e in events if e["signal"]],
+            "written_by_pid": {str(k): v for k, v in sorted(by_pid.items())},
+            "unattributed": sorted(unattributed),
             "age_when_hit_s": [e["after_s"] for e in events if e["signal"]],
             "bad_exits": [e for e in events if e["signal"] is None and e["exit"] != 0],
             "starts": starts,
@@ -275,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         kills = res["kills"]
         ok = (len(got) == n_planned and not res["extra"] and not mismatched and not redone
-              and statuses == {"ok": n_planned} and res["kills_after_a_batch"] == kills
+              and statuses == {"ok": n_planned} and res["kills_into_running_work"] == kills
               and res["kills_exit_ok"] == kills and not res["bad_exits"])  # fmt: skip
         res["exact_result_set"] = ok
         print(
@@ -283,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             f"redone {len(redone)}, tmp files left {len(leftovers)}; {extract_line}"
         )
         print(
-            f"kills {kills}: {res['kills_after_a_batch']} after the process's own batch "
+            f"kills {kills}: {res['kills_into_running_work']} into running work "
             f"(written when hit: {res['written_when_hit']}), {res['kills_exit_ok']} with the "
             f"expected exit status; processes that ended by themselves not 0: "
             f"{len(res['bad_exits'])}"
@@ -311,7 +339,7 @@ def draw(fig, res) -> None:
     ax.axhline(res["n_planned"], color="k", lw=0.8, ls="--")
     ax.set_xlabel("time since the first start (s)")
     ax.set_ylabel("complete realizations")
-    ax.set_title(f"{res['kills']} kills, each after the process's own batch, 2 concurrent "
+    ax.set_title(f"{res['kills']} kills, each into running work, 2 concurrent "
                  f"processes: exact result set "
                  f"{'yes' if res['exact_result_set'] else 'NO'}")  # fmt: skip
     ax.legend(loc="lower right")

@@ -1,7 +1,8 @@
 """The chaos soaks' rules for faults into running work (issue 56), without SLURM or a run:
 
-- bench/chaos.py reads what a bias-run has written from its log's engine lines (a kill
-  comes only after >= 1 batch of its own and before its last);
+- bench/chaos.py reads what a bias-run has computed from its log's engine lines (recorded
+  as computed: a batch line comes once the batch is handed to the background writer; the
+  kill rule itself counts complete realizations whose claim that process held);
 - bench/chaos_slurm.py's ``TaskRun`` calls a run "working" only once its log shows >= 1
   batch written and >= 1 left, and a drain counts only when SLURM's jobcomp log shows, after
   the fact, a drained run ending while the node was drained and a job waiting then
