@@ -46,11 +46,18 @@ A fault takes effect when:
   turn on the still-full disk), so the exit status is recorded, not required.
 
 Every fault hits running work: its target runs (for ``scancel_array``, every run it
-cancels; for ``disk_full``, a run computing) have each written at least one batch (their
-log's ``batch i/n: k realization(s)``, logged once the batch's files are written) and
-have at least one batch left; each target's batches and realizations written and its age
-(``elapsed_s``, squeue's) are recorded with the fault. A command that failed, or hit a
-task that had already ended, is recorded but not counted. The soak keeps injecting (the kind furthest from its count first; time-limit
+cancels; for ``disk_full``, a run computing) have each written at least one complete
+realization directory and still hold claims on more. A realization that becomes complete
+is credited to the process that held its claim at the soak's last poll of the claims
+file (its byte-range locks name the holder's pid), and that process to its SLURM job
+(``SLURM_JOB_ID`` in /proc/<pid>/environ: the soak runs as root on the node). The log's
+``batch i/n`` lines are recorded too (``batches_written``, ``realizations_computed``)
+but are not the evidence: a batch line comes once the batch is handed to the background
+writer. Each target's complete realizations, claims held and age (``elapsed_s``,
+squeue's) are recorded with the fault.
+
+A command that failed, or hit a task that had already ended, is recorded but not
+counted. The soak keeps injecting (the kind furthest from its count first; time-limit
 faults whenever slurmctld's check is near and a task computes) until every kind has
 taken effect ``--min-effects`` times; a kind is not injected again while a fault of it
 awaits its effect, and no fault hits the target of a fault awaiting its effect. If the
@@ -569,6 +576,10 @@ class TaskRun:
         self.written = len(landed)
         self.written_realizations = sum(k for *_, k in landed)
         self.batches_left = landed[-1][1] - landed[-1][0] if landed else None
+        # from the soak's Watch (the claims file): complete realization directories this
+        # run's processes wrote, and the claims they still hold; None until attached
+        self.on_disk: int | None = None
+        self.claims_left: int | None = None
         if "campaign: " in tail and not re.search(r"campaign done|^Error: |SIGTERM", tail, re.M):
             self.phase = "computing"
             eng = r"^(\S+ \S+) INFO shearbatch\.engine[\w.]*: "  # the engine's loggers
@@ -583,14 +594,19 @@ class TaskRun:
 
     @property
     def working(self) -> bool:
-        """Running work: this run has written >= 1 batch and has >= 1 left."""
+        """Running work: this run has written >= 1 complete realization and holds >= 1
+        claim more (from the claims file, :meth:`Watch.work`); without those, its log's
+        batch lines (>= 1 batch computed and handed to the writer, >= 1 left)."""
+        if self.on_disk is not None:
+            return self.on_disk >= 1 and (self.claims_left or 0) >= 1
         return self.written >= 1 and (self.batches_left or 0) >= 1
 
     def brief(self) -> dict[str, Any]:
         return {"task": self.task, "job": self.job, "elapsed_s": self.elapsed,
                 "phase": self.phase, "batches_done": self.batches,
                 "batches_written": self.written,
-                "realizations_written": self.written_realizations,
+                "realizations_computed": self.written_realizations,
+                "realizations_written": self.on_disk, "claims_held": self.claims_left,
                 "batches_left": self.batches_left,
                 "left_s": None if self.left_s is None else round(self.left_s, 1),
                 "log": self.log.name if self.log else None, "log_offset": self.offset}  # fmt: skip
@@ -636,6 +652,18 @@ def squeue_tasks(job_ids: list[str], log_dir: Path) -> list[TaskRun]:
 # --------------------------------------------------------------------------- the runs
 
 
+def slurm_job_of(pid: int) -> str | None:
+    """The ``SLURM_JOB_ID`` of process ``pid`` (its environment; root reads any), or None."""
+    try:
+        env_ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for kv in env_:
+        if kv.startswith(b"SLURM_JOB_ID="):
+            return kv.split(b"=", 1)[1].decode()
+    return None
+
+
 class Watch(threading.Thread):
     """Polls the root: convergence.json mtimes (a change = written twice) and the claims
     (which task runs held each realization: more than one = redone after a fault)."""
@@ -646,6 +674,9 @@ class Watch(threading.Thread):
         self.seen: dict[str, int] = {}
         self.rewritten: set[str] = set()
         self.holders: dict[str, set[int]] = {}
+        self.holder: dict[str, int] = {}  # not yet complete -> pid holding its claim now
+        self.by_pid: dict[int, int] = {}  # pid -> complete realizations it wrote
+        self.job_of: dict[int, str | None] = {}  # pid -> its SLURM_JOB_ID (/proc environ)
         self.curve: list[tuple[float, int]] = []
         self.t0 = time.perf_counter()
         self.halt = threading.Event()
@@ -657,12 +688,26 @@ class Watch(threading.Thread):
         for rid, mt in now.items():
             if rid in self.seen and self.seen[rid] != mt:
                 self.rewritten.add(rid)
+            if rid not in self.seen and (pid := self.holder.get(rid)):
+                # written by the process that held its claim when last polled
+                self.by_pid[pid] = self.by_pid.get(pid, 0) + 1
             self.seen.setdefault(rid, mt)
         todo = [r for r in self.ids if r not in now]
-        for rid, pid in claims.held(self.root, todo).items():
-            if pid:
-                self.holders.setdefault(rid, set()).add(pid)
+        held = {r: p for r, p in claims.held(self.root, todo).items() if p}
+        for rid, pid in held.items():
+            self.holders.setdefault(rid, set()).add(pid)
+            if pid not in self.job_of:
+                self.job_of[pid] = slurm_job_of(pid)
+        self.holder = held
         self.curve.append((round(time.perf_counter() - self.t0, 2), len(now)))
+
+    def work(self, job: str) -> tuple[int, int]:
+        """(complete realizations written, claims held) by the live run of SLURM job
+        ``job`` (its processes that hold claims now)."""
+        pids = {p for p in self.holder.values() if self.job_of.get(p) == job}
+        return sum(self.by_pid.get(p, 0) for p in pids), sum(
+            p in pids for p in self.holder.values()
+        )
 
     def run(self) -> None:
         while not self.halt.is_set():
@@ -974,9 +1019,13 @@ class Soak:
         pend = Counter(f["kind"] for f in self.pending)
         now = time.time()
         snap = squeue_tasks(self.jobs, self.logs)
+        for r in snap:
+            if r.state == "RUNNING" and getattr(self, "watch", None) is not None:
+                r.on_disk, r.claims_left = self.watch.work(r.job)
         held = self.held()
         running = [r for r in snap if r.state == "RUNNING" and r.task not in held]
-        # every fault hits running work: a run that has written >= 1 batch, >= 1 to come
+        # every fault hits running work: a run that has written >= 1 complete realization
+        # and holds >= 1 claim more (TaskRun.working)
         working = [r for r in running if r.working]
         computing = [r for r in running if r.phase == "computing" and r.working]
         nxt = self.ticks.next(now)
@@ -1075,7 +1124,7 @@ class Soak:
             self.later.append((time.perf_counter() + 1, "release", f))
 
     def run(self, timeout: float) -> dict[str, Any]:
-        watch = Watch(self.root, self.ids)
+        watch = self.watch = Watch(self.root, self.ids)
         watch.start()
         self.submit("first submission")
         next_at = time.perf_counter() + self.rng.uniform(*self.gap)

@@ -12,7 +12,7 @@ campaigns on one scheduler (issues 36, 44).
   after the fault; a run that jobcomp shows running across the drain ended while the node
   was drained, and a job waiting then started only after the node's RESUME; the engine's
   ENOSPC error and the run ended failed. Every fault's target runs had written at least
-  one batch and had one more to come. Then: every
+  one complete realization (credited through the claims file) and held more. Then: every
   realization complete and bit-identical to an uninterrupted array's, no temporary or
   claims file left, none written twice, and bias-stats gives the same bias_results.json.
 - :func:`bench.chaos_slurm.two_campaigns`: two campaigns of different configs at once,
@@ -83,7 +83,7 @@ def check_effect(f: dict, jobcomp: list[dict[str, str]], logs: Path) -> None:
     hit = [tg] if "task" in tg else tg["running"]
     if kind == "disk_full":
         hit = [r for r in hit if r["task"] in tg["computing"]]
-    assert hit and all(r["batches_written"] >= 1 and r["batches_left"] >= 1 for r in hit), f
+    assert hit and all(r["realizations_written"] >= 1 and r["claims_held"] >= 1 for r in hit), f
     if kind in ("scancel_task", "requeue", "time_limit"):
         runs = _runs(jobcomp, tg["task"], at)
         assert runs, f"{kind}: no jobcomp record of {tg['task']} around {f['issued']}"

@@ -60,7 +60,14 @@ def test_slurm_task_run_working_only_after_a_batch(bench, tmp_path):
     assert (run.written, run.written_realizations, run.batches_left) == (2, 8, 23)
     assert run.working
     b = run.brief()
-    assert b["batches_written"] == 2 and b["realizations_written"] == 8 and b["elapsed_s"] == 20
+    assert b["batches_written"] == 2 and b["realizations_computed"] == 8 and b["elapsed_s"] == 20
+    # with the claims file's evidence attached, that decides: complete directories it wrote
+    run.on_disk, run.claims_left = 0, 40  # computed, nothing on disk yet: not a target
+    assert not run.working
+    run.on_disk, run.claims_left = 4, 36
+    assert run.working and run.brief()["realizations_written"] == 4
+    run.on_disk, run.claims_left = 40, 0  # all its claims done: no work left
+    assert not run.working
     # a requeued run's log goes on in the same file: only its last run counts
     log.write_text(LOG + "array task 3 of 16 on vm\n")
     assert not cs.TaskRun("7_3", "RUNNING", 1.0, "9", log).working
@@ -108,3 +115,28 @@ def test_drain_counts_only_a_refusal_seen_after_the_fact(bench, tmp_path):
     eff = _drain(cs, tmp_path, [("7_3", "COMPLETED", "09:00", "10:25"),
                                 ("120", "COMPLETED", "10:31", "10:31")])  # fmt: skip
     assert not eff["ok"] and eff["state"] == "no job refused", eff
+
+
+def test_slurm_watch_attributes_writes_to_the_job_holding_the_claim(bench, tmp_path):
+    """A realization that becomes complete is credited to the process that held its claim
+    at the last poll, and that process to its SLURM job (its environment)."""
+    import os
+    import subprocess
+    import time
+
+    _, cs = bench
+    proc = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "4242"})
+    try:
+        for _ in range(100):  # once the child has exec'd (before that: the parent's environ)
+            if cs.slurm_job_of(proc.pid) == "4242":
+                break
+            time.sleep(0.05)
+        assert cs.slurm_job_of(proc.pid) == "4242"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert cs.slurm_job_of(os.getpid()) in (None, os.environ.get("SLURM_JOB_ID"))
+    w = cs.Watch(tmp_path, ["a", "b", "c"])
+    w.holder, w.job_of, w.by_pid = {"b": 11, "c": 11}, {11: "4242", 12: "77"}, {11: 1, 12: 5}
+    assert w.work("4242") == (1, 2)
+    assert w.work("77") == (0, 0)  # its process holds nothing now: not a live run

@@ -1317,11 +1317,23 @@ FIGURES += [
     # kill and restart at random moments (chaos.json)
     Fig(BM, "record `chaos.json`, load {}-{}): a {}-realization Level 0", BENCH + "chaos.json",
         (j("load_average_end[0]", ".0f"), j("info.load_average_start[0]", ".0f"), j("n_planned", "d"))),
-    Fig(BM, "two processes at a time, {} kills (one SIGTERM: exit {} in {} s), {} starts: {} of {} complete, all MAP "
-        "draws bit-identical", BENCH + "chaos.json",
-        (j("kills", "d"), j("sigterm[0].exit", "d"), j("sigterm[0].stop_s", ".1f"),
+    Fig(BM, "two processes at a time, {} kills, each into a bias-run that had itself written at least one "
+        "complete realization and held more ({}-{} written by it when hit, {}-{} s old), each with its "
+        "documented exit status ({} SIGKILL: {}; the SIGTERM: {} in {} s; the SIGINT: {} in {} s), {} starts: "
+        "{} of {} complete, all MAP draws bit-identical", BENCH + "chaos.json",
+        (j("kills", "d"),
+         *(calc(lambda J, agg=agg: agg(J(BENCH + "chaos.json", "written_when_hit")), "d") for agg in (min, max)),
+         *(calc(lambda J, agg=agg: agg(J(BENCH + "chaos.json", "age_when_hit_s")), ".0f") for agg in (min, max)),
+         calc(lambda J: sum(e["signal"] == "SIGKILL" and e["exit_ok"] for e in J(BENCH + "chaos.json", "events")),
+              "d"),
+         calc(lambda J: {e["exit"] for e in J(BENCH + "chaos.json", "events") if e["signal"] == "SIGKILL"}.pop(),
+              "d"),
+         j("sigterm[0].exit", "d"), j("sigterm[0].stop_s", ".1f"), j("sigint[0].exit", "d"),
+         j("sigint[0].stop_s", ".1f"),
          calc(lambda J: sum(J(BENCH + "chaos.json", "starts").values()), "d"), j("draws_bit_identical", "d"),
          j("n_planned", "d"))),
+    Fig(BM, "polled every 0.1 s; all {} attributed)", BENCH + "chaos.json",
+        (calc(lambda J: sum(J(BENCH + "chaos.json", "written_by_pid").values()), ","),)),
     Fig(BM, "(reference {} s, chaos {} s)", BENCH + "chaos.json",
         (j("reference_wall_s", ".0f"), j("chaos_wall_s", ".0f"))),
     # stages 2 and 3 at field scale (stages_scale.json; level2_cpu_2d_wide/printed.txt)
