@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--n", type=int, default=20, help="seeds per grid point")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--work", default=None, help="campaign directory (default: /tmp/<name>)")
+    ap.add_argument("--out-dir", default=None,
+                    help="the record's folder, relative to the repository root "
+                         "(default: results/validation/<name>)")  # fmt: skip
     ap.add_argument("--requirement", default=None)
     ap.add_argument(
         "--set",
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> Path:
     )
     a = ap.parse_args(argv)
     work = Path(a.work or f"/tmp/{a.name}")
-    out = ROOT / "results" / "validation" / a.name
+    out = ROOT / a.out_dir if a.out_dir else ROOT / "results" / "validation" / a.name
     out.mkdir(parents=True, exist_ok=True)
     run = [str(BIN / "bias-run"), "--config", a.config, "--estimators", "anacal",
            "--shear-grid", *a.grid, "--n-realizations", str(a.n), "--batch-size",

@@ -287,6 +287,46 @@ def test_import(tmp_path):
     assert "cpu_model" in rec and "before" not in rec
 
 
+def test_layer_walk_calls(capsys):
+    """``bench/layer_walk.py --calls``: a tiny Level 0 campaign and bias-stats in this
+    process, every call between the package's functions followed (~13 s)."""
+    import layer_walk as lw
+
+    with runtime.scoped():
+        res = lw.main(["--calls"])
+    text = capsys.readouterr().out
+    for key, entry in (("run", "app/runner.py:run"), ("stats", "app/stats.py:run_stats")):
+        assert res["call_walk"][key]["stops"] > 0
+        assert f"call walk from {entry}:" in text
+
+
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+def test_validate_anacal(tmp_path):
+    """``bench/validate_anacal.py``: Level 0 with AnaCal beside it, 4 seeds at +-0.02: run ->
+    extract -> stats through the CLI, the record into ``--out-dir`` in tmp_path, the
+    committed records left alone (~11 s)."""
+    import validate_anacal as va
+
+    before = _mtimes(ROOT / "results" / "validation")
+    with runtime.scoped():
+        path = va.main(["--config", "configs/level0.yaml", "--name", "smoke", "--grid", "-0.02",
+                        "0.02", "--n", "4", "--batch-size", "8", "--work",
+                        str(tmp_path / "work"), "--out-dir", str(tmp_path / "rec")])  # fmt: skip
+    assert path == tmp_path / "rec" / "validation.json"
+    rec = json.loads(path.read_text())
+    committed = json.loads((ROOT / "results" / "validation" / "anacal" / "level0" /
+                            "validation.json").read_text())  # fmt: skip
+    ignore = (".estimators.differences", ".estimators.results")  # keys named by estimator
+    assert {p for p in key_paths(committed) if not p.startswith(ignore)} <= key_paths(rec)
+    assert "anacal" in rec["estimators"]["results"]
+    assert {p.name for p in path.parent.iterdir()} == {"validation.json", "bias_results.json",
+                                                       "printed.txt"}  # fmt: skip
+    assert _mtimes(ROOT / "results" / "validation") == before
+
+
 # --------------------------------------------------------------------------- --help
 
 #: bench/*.py that take no argparse options: a helper module and two table scripts reading
