@@ -216,7 +216,7 @@ def agreement(d: Path) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "stages_scale", repeats=2)
     ap.add_argument("--root", type=Path, required=True, help="the campaign root")
     ap.add_argument("--tasks", type=int, required=True, help="its array tasks")
@@ -240,7 +240,7 @@ def main() -> None:
     ap.add_argument(
         "--reduction-repeats", type=int, default=None, help="timed reductions (default --repeats)"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     info = h.provenance("float64")
     h.banner(info)
     from shearbatch.io import partials as pio

@@ -102,6 +102,7 @@ def run_once(root: Path, src: Path | None, cap: float) -> dict:
         for stage, pat in MARKS.items():
             if stage not in marks and pat.search(line.split(" INFO ")[-1]):
                 marks[stage] = now
+    child.stdout.close()
     _, status, usage = os.wait4(child.pid, 0)  # the child's own peak (and its waited ones)
     wall = time.perf_counter() - t0
     child.returncode = rc = os.waitstatus_to_exitcode(status)

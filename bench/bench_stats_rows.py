@@ -56,15 +56,16 @@ def timed(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> dict[
             "m1_err": float(m1.group(2)) if m1 else None}  # fmt: skip
 
 
-def template(work: Path) -> Path:
-    """The Level 0 campaign's summary.csv (made once)."""
+def template(work: Path, seeds: int = 20) -> Path:
+    """The Level 0 campaign's summary.csv (made once): ``seeds`` per grid point (4 points)."""
     out = work / "template"
     if (out / "summary.csv").is_file():
         return out / "summary.csv"
     subprocess.run([str(BIN / "bias-run"), "--config", "configs/level0.yaml", "--shear-grid",
                     "-0.05", "0.05", "--shear-grid-g2", "-0.05", "0.05", "--n-realizations",
-                    "20", "--base-seed", "0", "--batch-size", "40", "--output-dir",
-                    str(out / "runs"), "--no-progress"], cwd=h.ROOT, check=True)  # fmt: skip
+                    str(seeds), "--base-seed", "0", "--batch-size", str(min(40, 4 * seeds)),
+                    "--output-dir", str(out / "runs"), "--no-progress"], cwd=h.ROOT,
+                   check=True)  # fmt: skip
     subprocess.run([str(BIN / "bias-extract"), "--input-dir", str(out / "runs"), "--output",
                     str(out / "summary.csv"), "--no-progress"], cwd=h.ROOT, check=True)  # fmt: skip
     return out / "summary.csv"
@@ -101,18 +102,20 @@ def stats_cmd(src: Path, out: Path) -> list[str]:
     return ["--input", str(src), "--output-dir", str(out), "--requirement", "level0"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "stats_rows", repeats=2)
     ap.add_argument("--work", type=Path, required=True, help="scratch folder (a few GB)")
     ap.add_argument("--sizes", default="500000,3000000", help="rows (comma-separated)")
     ap.add_argument("--before-src", type=Path, default=None,
                     help="an earlier checkout's src/, run once on the largest table")  # fmt: skip
-    args = ap.parse_args()
+    ap.add_argument("--template-seeds", type=int, default=20,
+                    help="the template campaign's seeds per grid point (4 points)")  # fmt: skip
+    args = ap.parse_args(argv)
     info = h.provenance("float64")
     h.banner(info)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    src = template(work)
+    src = template(work, args.template_seeds)
     sizes = [int(s) for s in args.sizes.split(",")]
     runs: dict[str, list[dict[str, Any]]] = {}
     tables = {}

@@ -1,8 +1,9 @@
 """Measure the importance-weight collapse of an interim-model (Level 2) campaign (issue 34).
 
-Reads an existing campaign directory (``--root``: its ``summary.csv``, the population
-sidecar ``summary.population.npz`` that ``bias-extract`` writes beside it, and every
-realization's ``convergence.json``); runs nothing but the NumPy population fit. Two kinds
+Reads an existing campaign directory (``--root``: its ``summary.csv``, the galaxies' draws
+in the partials its ``summary.partials.json`` indexes (or, for a campaign extracted before
+the partials, the population sidecar ``summary.population.npz``), and every realization's
+``convergence.json``); runs nothing but the NumPy population fit. Two kinds
 of per-galaxy weights, each with its effective sample size as a fraction of the draws
 (``ESS = (sum w)^2 / sum w^2``; collapsed below :data:`COLLAPSE_FRAC` = 10%):
 
@@ -70,10 +71,23 @@ def _by_snr(snr: np.ndarray, kinds: dict[str, np.ndarray], nbins: int = 5) -> di
     return out
 
 
+def population(root: Path) -> dict[str, Any]:
+    """The used galaxies' draws: the sidecar ``summary.population.npz`` that bias-extract
+    wrote before the partials (an older campaign), else the partials that
+    ``summary.partials.json`` indexes (what bias-extract writes now), in memory."""
+    from shearbatch.analysis.partials import index_path
+    from shearbatch.analysis.pooled import from_arrays, load_population
+    from shearbatch.analysis.streamed import PartialSource
+
+    if (root / "summary.population.npz").is_file():
+        return load_population(root / "summary.population.npz")
+    return from_arrays(PartialSource(index_path(root / "summary.csv")).arrays())
+
+
 def measure(root: Path) -> dict[str, Any]:
     import pandas as pd
 
-    from shearbatch.analysis.pooled import load_population, pooled_fits
+    from shearbatch.analysis.pooled import pooled_fits
 
     df = pd.read_csv(root / "summary.csv", dtype={"run_id": str, "pair_id": str})
     flagged = (
@@ -83,7 +97,7 @@ def measure(root: Path) -> dict[str, Any]:
         .str.split("|")
         .map(lambda names: "POP_WEIGHTS_COLLAPSED" in [n.strip() for n in names])
     )  # summary.csv names the flags, "|"-separated
-    pop = load_population(root / "summary.population.npz")
+    pop = population(root)
     rid, gal = pop["run_id"].astype(str), pop["galaxy"]
     eps, base, prior = pop["eps"], pop["log_base"], pop["prior"]
     n_draws = eps.shape[1]
@@ -186,10 +200,10 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
     ax2.legend(fontsize=7)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "weights", repeats=1)
     ap.add_argument("--root", type=Path, required=True, help="an interim-model campaign")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     info = h.provenance("float64")
     m = measure(args.root)
     rf = m["realization_fits"]

@@ -127,7 +127,7 @@ def summary(res: dict) -> dict:
 
 
 def validate(level: str, a: argparse.Namespace) -> dict:
-    out = ROOT / "results" / "validation" / (level + (f"_{a.tag}" if a.tag else ""))
+    out = ROOT / a.results / (level + (f"_{a.tag}" if a.tag else ""))
     work = out / "runs"
     if work.exists() and not a.resume:
         shutil.rmtree(work)
@@ -268,6 +268,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--tag",
         default=None,
         help="write results/validation/<level>_<tag>/ (e.g. a method override)",
+    )
+    ap.add_argument(
+        "--results",
+        default="results/validation",
+        help="the folder <level>[_<tag>]/ is written in (relative to the repository root)",
     )
     a = ap.parse_args(argv)
     return [validate(level, a) for level in a.levels]
