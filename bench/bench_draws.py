@@ -222,7 +222,7 @@ def draw(fig: Any, res: dict[str, Any]) -> None:
                  f"{m['chosen']['K']}", fontsize=9)  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = h.parser(__doc__, "draws", repeats=1)
     ap.add_argument(
         "--n", type=int, default=24000, help="galaxies per shear sign drawn (even; ~85%% kept)"
@@ -234,7 +234,7 @@ def main() -> None:
     ap.add_argument("--min-reps", type=int, default=4)
     ap.add_argument("--max-reps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=11)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     h.configure(True)
     info = h.provenance("float64")
     h.banner(info)

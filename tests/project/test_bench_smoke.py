@@ -458,3 +458,11 @@ def test_field_runs_to_its_end_as_a_script(tmp_path, monkeypatch):
     assert {p.name for p in out.iterdir()} == {
         "field.json", "field.log", "field.png", "bias_results.json", "residuals.png",
         "summary_compact.csv.gz"}  # fmt: skip
+
+
+def test_draws(tmp_path):
+    """bench_draws.py to its end at its smallest size (~10 s): 20 galaxies, K = 10, one
+    proposal, two repetitions; its record has every key path of the committed one."""
+    rec = run_bench("draws", tmp_path, "--n", "20", "--ks", "10", "--proposals", "student_t",
+                    "--nq", "8", "--min-reps", "2", "--max-reps", "2", "--repeats", "1")  # fmt: skip
+    assert rec["settings"]["n"] == 20
