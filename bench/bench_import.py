@@ -127,17 +127,6 @@ def draw(fig, rec: dict) -> None:
     ax.legend(fontsize=8)
 
 
-def cpu_model() -> str | None:
-    """The CPU's model name, from /proc/cpuinfo."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def _commit_of(src: Path) -> str | None:
     out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True,
                          text=True, check=False)  # fmt: skip
@@ -183,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
                                    for lab in cmds if "reference" not in lab)),
         "commands": after,
         **info,
-        "cpu_model": cpu_model() or info.get("cpu_model"),
+        "cpu_model": info.get("cpu_model"),
         "settings": h.settings(args),
     }  # fmt: skip
     if "before" in result:
