@@ -80,6 +80,18 @@ def test_unknown_keys_suggest_the_known_ones(mutate, start):
     assert _error(mutate).startswith(start)
 
 
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [("\n", "'\\n'"), ("a\tb", "'a\\tb'"), (" x", "' x'"), ("", "''"), ("a\x00", "'a\\x00'")],
+)  # fmt: skip
+def test_a_key_no_line_can_show_is_quoted_on_one_line(key, shown):
+    # a YAML key may hold a newline or a tab ("\n": 1 is valid YAML); the error still
+    # fits on one line and names the key so that it can be found in the file
+    msg = _error(lambda r: r["image"].update({key: 1}))
+    assert "\n" not in msg and msg.isprintable()
+    assert msg.startswith(f"image.{shown}: unknown key"), msg
+
+
 def test_unknown_key_through_the_cli_is_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(

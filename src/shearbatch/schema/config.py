@@ -616,7 +616,7 @@ def _format_error(err: ValidationError, prefix: str | None = None) -> str:
     )  # stable: unknown keys first, hiding nothing behind "required key is missing"
 
     def path_of(e: Any) -> str:
-        loc = [str(p) for p in e["loc"] if str(p) not in (*DIST_TYPES, "Fixed")]
+        loc = [_key_text(str(p)) for p in e["loc"] if str(p) not in (*DIST_TYPES, "Fixed")]
         return ".".join(([prefix] if prefix else []) + loc)
 
     e = errors[0]
@@ -638,7 +638,15 @@ def _format_error(err: ValidationError, prefix: str | None = None) -> str:
     extra = f" (+{len(errors) - 1} more: {', '.join(others[:3])})" if len(errors) > 1 else ""
     if len(errors) > 1 and not others:
         extra = f" (+{len(errors) - 1} more)"
-    return f"{path}: {msg}{extra}" if path else f"{msg}{extra}"
+    line = f"{path}: {msg}{extra}" if path else f"{msg}{extra}"
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+
+
+def _key_text(key: str) -> str:
+    """A key as an error line quotes it: as written, or its Python repr where it holds a
+    character a one-line message cannot show as is (a newline, a tab, leading or trailing
+    space) or is empty."""
+    return key if key and key.isprintable() and key.strip() == key else repr(key)
 
 
 def parse_config(raw: Any, *, prefix: str | None = None) -> Config:
