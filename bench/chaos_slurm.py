@@ -18,7 +18,9 @@ A fault takes effect when:
 - ``scancel_task`` (``scancel <job>_<i>`` of a running task, re-submitted alone,
   ``sbatch --array=<i>``, 0-3 s later): that task run ended ``CANCELLED``;
 - ``scancel_array`` (``scancel`` of every job of the campaign with a task running, the
-  whole script re-submitted 1-5 s later): the running task runs ended ``CANCELLED``;
+  whole script re-submitted 1-5 s later; only when every running task has written a
+  batch and none is the target of a fault still awaiting its effect, a drain's among
+  them): the running task runs ended ``CANCELLED``;
 - ``requeue`` (``scontrol requeue <job>_<i>`` of a running task): SLURM ended the run
   by requeueing it (jobcomp logs the run as ``PENDING``, the task's log shows ``DUE TO
   JOB REQUEUE``) and counts a restart (``Restarts`` >= 1); whether it ran again (after
@@ -34,14 +36,21 @@ A fault takes effect when:
 - ``drain`` (the node set to ``DRAIN`` while campaign tasks compute on it, then
   ``RESUME`` once at least 3-10 s have passed, one of those runs has ended and a job
   needing the CPU it freed, the drain probe ``sbatch --wrap true``, has waited 5 s; at
-  most 180 s): read after the fact from jobcomp, a drained run spanned the drain and
-  ended while the node was drained, and the probe (or a campaign task pending then) started
-  only after the ``RESUME``: a new job refused. The node's state right after the command
-  is recorded, not counted;
+  most 180 s): read after the fact from jobcomp, a drained run was running when the drain
+  came (its end not before the command) and ended while the node was drained, no other
+  fault in force on it (no disk fill is injected during a drain, nor a drain during a
+  fill; a run that a fault issued meanwhile targeted, or any run ended under a fill, is
+  recorded as ``ended_by_another_fault``, not counted), and the probe (or a campaign task
+  pending then for the node: ``Resources``, ``Priority``, ``ReqNodeNotAvail``, not the
+  throttle or a requeue's begin time) started only after the ``RESUME``: the CPU the
+  drained run freed was refused to a new job. A drain does not stop running work in
+  SLURM; what it changes is that nothing replaces a run that ends. The node's state
+  right after the command is recorded, not counted;
 - ``disk_full`` (the output filesystem filled to the last byte by a filler file for
-  3-10 s, while a task's engine is computing and writing): a task's log shows the
+  3-10 s, while a task's engine is computing and writing; never during a drain): the log
+  of a task run that was computing and had written a batch at the fill shows the
   engine's ``Error: cannot write ... No space left on device`` after the fill and that
-  run ended failed. bias-run exits 4 then (before the trap kept bias-run's status, SLURM
+  run ended failed (other runs that met it are recorded, not counted). bias-run exits 4 then (before the trap kept bias-run's status, SLURM
   logged exit status 1 when the script's EXIT trap, the task's ``bias-extract``, failed in
   turn on the still-full disk), so the exit status is recorded, not required.
 
@@ -855,7 +864,9 @@ class Soak:
         if not targets - running:
             return False  # every drained run still computes: nothing could be refused yet
         for t, st, why in rows:  # campaign tasks waiting while the node is drained
-            if st == "PENDING" and why != "JobArrayTaskLimit":
+            # (waiting for the node: not for the array's throttle, a requeued task's begin
+            # time or a hold)
+            if st == "PENDING" and why.startswith(("Resources", "Priority", "ReqNodeNotAvail")):
                 f["_pending"].setdefault(t, {"reason": why, "seen": iso(now)})
         if f["probe"] is None:  # a one-CPU job the freed CPU would run at once, undrained
             f["probe"] = {"job": submit_wrap("true", "--job-name=chaos-drain-probe", "--time=2",
@@ -941,12 +952,24 @@ class Soak:
             if "_resumed" not in f:
                 return None
             resumed = f["_resumed"]
-            ran, ended = {}, {}
+            # another fault in force while drained: a disk fill (any run), or one aimed at
+            # a drained run (the soak injects neither; a run either ended is not counted)
+            during = [g for g in getattr(self, "faults", []) if g is not f
+                      and at - 1 <= g.get("_at", 0) <= resumed + 1]  # fmt: skip
+            filled = any(g["kind"] == "disk_full" for g in during)
+            hit = {g["target"].get("task") for g in during}
+            hit |= {r["task"] for g in during for r in g["target"].get("running", [])}
+            ran, ended, other = {}, {}, {}
             for r in tg["running"]:
                 e = self.jc.end(r["task"], at)
-                if e is not None:
-                    ran[r["task"]] = jobcomp_brief(e)
-                    if epoch(e["EndTime"]) <= resumed + 1:  # its run ended while drained
+                # the run that was running on the node when the drain came (whole seconds)
+                if e is None or epoch(e["EndTime"]) < math.floor(at):
+                    continue
+                ran[r["task"]] = jobcomp_brief(e)
+                if epoch(e["EndTime"]) <= resumed + 1:  # its run ended while drained
+                    if filled or r["task"] in hit:
+                        other[r["task"]] = e["JobState"]
+                    else:
                         ended[r["task"]] = e["JobState"]
             refused = {}  # jobs submitted or pending while drained, started after RESUME
             waiting = dict(f["_pending"])
@@ -968,22 +991,29 @@ class Soak:
                 return None  # a waiting job's run has not ended yet
             ok = bool(ended) and bool(refused)
             return {"ok": ok, "state": "REFUSED" if ok else
-                    ("no drained run ended" if not ended else "no job refused"),
+                    ("no job refused" if ended else "drained run ended by another fault"
+                     if other else "no drained run ended"),
                     "evidence": {"node_state_at_command": f["node_state"],
                                  "ran_across_drain": ran, "ended_while_drained": ended,
+                                 "ended_by_another_fault": other,
                                  "refused_while_drained": refused, "never_ran": unseen,
                                  "drained_s": f.get("drained_s")}}  # fmt: skip
         if kind == "disk_full":
-            hits = {}
+            hits, others = {}, {}
+            aimed = set(tg["computing"])  # runs that had written a batch and computed on
             for p in self.logs.glob("*.out"):
                 seg = segment(p, f["_offsets"].get(p.name, 0))
                 met = [ln for ln in lines(seg, NO_SPACE) if ln.startswith("Error: ")]
                 if met:  # the engine's own line (not JAX's warning about its cache)
-                    hits[p.name] = met
+                    m = re.fullmatch(r".*_(\d+)_(\d+)\.out", p.name)
+                    key = f"{m[1]}_{m[2]}" if m else ""
+                    (hits if key in aimed else others)[p.name] = met
             if not hits:
                 if now < f["_until"] + 10:
                     return None
-                return {"ok": False, "state": "no writer met the full disk", "evidence": {}}
+                return {"ok": False, "state": "no writer met the full disk" if not others
+                        else "only runs not aimed at met the full disk",
+                        "evidence": {"others_met_it": others}}  # fmt: skip
             ends = {}
             for name in hits:  # the run that met it: started by the end of the fill
                 arr, idx = re.fullmatch(r".*_(\d+)_(\d+)\.out", name).groups()
@@ -993,7 +1023,7 @@ class Soak:
             if not ok and any(e is None for e in ends.values()) and now < f["_until"] + 90:
                 return None
             return {"ok": ok, "state": "ENOSPC" if ok else "ENOSPC, the run went on",
-                    "evidence": {"log": hits, "exit_codes": codes,
+                    "evidence": {"log": hits, "exit_codes": codes, "others_met_it": others,
                                  "jobcomp": [jobcomp_brief(e) for e in ends.values() if e]}}  # fmt: skip
         raise AssertionError(kind)
 
@@ -1023,7 +1053,8 @@ class Soak:
             if r.state == "RUNNING" and getattr(self, "watch", None) is not None:
                 r.on_disk, r.claims_left = self.watch.work(r.job)
         held = self.held()
-        running = [r for r in snap if r.state == "RUNNING" and r.task not in held]
+        every = [r for r in snap if r.state == "RUNNING"]  # all the array's cancel would end
+        running = [r for r in every if r.task not in held]
         # every fault hits running work: a run that has written >= 1 complete realization
         # and holds >= 1 claim more (TaskRun.working)
         working = [r for r in running if r.working]
@@ -1062,11 +1093,16 @@ class Soak:
         opts = [k for k, ok in (
             ("scancel_task", bool(kill)),
             ("requeue", bool(kill)),
-            # every run the array's cancel ends has written a batch
-            ("scancel_array", bool(running) and len(working) == len(running) and not others
+            # every run the array's cancel ends (all running, none a pending fault's
+            # target: a drain's runs are held until its effect is read) has written a batch
+            ("scancel_array", bool(every) and all(r.working for r in every)
+             and not (held & {r.task for r in every}) and not others
              and not keep and not waiting and "drain" not in self.busy),
-            ("drain", "drain" not in self.busy and bool(working)),
+            # no disk fill during a drain (a drained run it ended would count for the drain)
+            ("drain", "drain" not in self.busy and bool(working) and not pend["disk_full"]
+             and "disk_full" not in self.busy),
             ("disk_full", self.fs is not None and "disk_full" not in self.busy
+             and "drain" not in self.busy
              and bool(computing) and not pend["time_limit"] and not keep),
         ) if ok and need[k] > 0 and not pend[k]]  # fmt: skip
         if not opts:
@@ -1076,7 +1112,7 @@ class Soak:
         if kind in ("scancel_task", "requeue"):
             self.task_fault(kind, self.rng.choice(kill))
         elif kind == "scancel_array":
-            self.scancel_array(running)
+            self.scancel_array(every)
         elif kind == "drain":
             self.drain(working)
         else:
