@@ -5,8 +5,10 @@
   kill rule itself counts complete realizations whose claim that process held);
 - bench/chaos_slurm.py's ``TaskRun`` calls a run "working" only once its log shows >= 1
   batch written and >= 1 left, and a drain counts only when SLURM's jobcomp log shows, after
-  the fact, a drained run ending while the node was drained and a job waiting then
-  starting only after the RESUME (not the node's state right after the command).
+  the fact, a drained run that was running at the command ending while the node was drained
+  (no other fault in force on it) and a job waiting then for the node starting only after
+  the RESUME (not the node's state right after the command), and a disk fill counts only
+  the ENOSPC of a run it was aimed at.
 """
 
 import sys
@@ -86,8 +88,9 @@ def _jobcomp(path: Path, *runs: tuple[str, str, str, str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _drain(cs, tmp_path, runs):
+def _drain(cs, tmp_path, runs, others=()):
     soak = object.__new__(cs.Soak)
+    soak.faults = list(others)
     _jobcomp(tmp_path / "jobcomp.log", *runs)
     soak.jc = cs.Jobcomp(tmp_path / "nothing")
     soak.jc.path, soak.jc.off = tmp_path / "jobcomp.log", 0
@@ -115,6 +118,41 @@ def test_drain_counts_only_a_refusal_seen_after_the_fact(bench, tmp_path):
     eff = _drain(cs, tmp_path, [("7_3", "COMPLETED", "09:00", "10:25"),
                                 ("120", "COMPLETED", "10:31", "10:31")])  # fmt: skip
     assert not eff["ok"] and eff["state"] == "no job refused", eff
+    # the drained run was no longer running when the drain came: not counted
+    eff = _drain(cs, tmp_path, [("7_3", "COMPLETED", "08:00", "09:58"),
+                                ("120", "COMPLETED", "10:41", "10:41")])  # fmt: skip
+    assert not eff["ok"] and eff["state"] == "no drained run ended", eff
+    # a disk fill in force meanwhile (the soak injects none): the run's end is not the drain's
+    fill = {"kind": "disk_full", "_at": cs.epoch("2026-11-29T01:10:05"), "target": {"running": []}}
+    eff = _drain(cs, tmp_path, [("7_3", "FAILED", "09:00", "10:25"),
+                                ("120", "COMPLETED", "10:41", "10:41")], [fill])  # fmt: skip
+    assert not eff["ok"] and eff["state"] == "drained run ended by another fault", eff
+    assert eff["evidence"]["ended_by_another_fault"] == {"7_3": "FAILED"}
+
+
+def test_disk_fill_counts_only_a_run_aimed_at(bench, tmp_path):
+    """ENOSPC counts only in the log of a run that computed (and had written a batch) at
+    the fill; another run that met it (one starting) is recorded, not counted."""
+    _, cs = bench
+    (tmp_path / "logs").mkdir()
+    enospc = "Error: cannot write x: No space left on device\n"
+    (tmp_path / "logs" / "chaos_7_5.out").write_text(enospc)
+    (tmp_path / "jobcomp.log").write_text(
+        "JobId=995 ArrayJobId=7 ArrayTaskId=5 JobState=FAILED StartTime=2026-11-29T01:09:50 "
+        "EndTime=2026-11-29T01:10:03 ExitCode=4:0\n"
+    )
+    soak = object.__new__(cs.Soak)
+    soak.logs, soak.faults = tmp_path / "logs", []
+    soak.jc = cs.Jobcomp(tmp_path / "nothing")
+    soak.jc.path, soak.jc.off = tmp_path / "jobcomp.log", 0
+    at = cs.epoch("2026-11-29T01:10:00")
+    f = {"kind": "disk_full", "rc": 0, "_at": at, "_until": at + 5, "_offsets": {},
+         "target": {"running": [{"task": "7_3"}, {"task": "7_5"}], "computing": ["7_3"]}}  # fmt: skip
+    eff = soak.resolve(f)
+    assert not eff["ok"] and eff["state"] == "only runs not aimed at met the full disk", eff
+    f["target"]["computing"] = ["7_5"]
+    eff = soak.resolve(f)
+    assert eff["ok"] and eff["state"] == "ENOSPC", eff
 
 
 def test_slurm_watch_attributes_writes_to_the_job_holding_the_claim(bench, tmp_path):
