@@ -11,8 +11,9 @@ campaigns on one scheduler (issues 36, 44).
   ended CANCELLED; requeued (and ran again); TIMEOUT with the engine's SIGTERM line
   after the fault; a run that jobcomp shows running across the drain ended while the node
   was drained, and a job waiting then started only after the node's RESUME; the engine's
-  ENOSPC error and the run ended failed. Every fault's target runs had written at least
-  one complete realization (credited through the claims file) and held more. Then: every
+  ENOSPC error in a run it was aimed at, and that run ended failed. Every fault's target
+  runs had written at least one complete realization (credited through the claims file)
+  and held more. Then: every
   realization complete and bit-identical to an uninterrupted array's, no temporary or
   claims file left, none written twice, and bias-stats gives the same bias_results.json.
 - :func:`bench.chaos_slurm.two_campaigns`: two campaigns of different configs at once,
@@ -112,8 +113,10 @@ def check_effect(f: dict, jobcomp: list[dict[str, str]], logs: Path) -> None:
         resumed = _t(f["resumed"])
         spans = {r["task"]: _runs(jobcomp, r["task"], at) for r in tg["running"]}
         assert any(spans.values()), f  # ...SLURM's record has them running then...
-        ended = [e for runs in spans.values() for e in runs if _t(e["EndTime"]) <= resumed + 1]
+        ended = [e for runs in spans.values() for e in runs
+                 if int(at) <= _t(e["EndTime"]) <= resumed + 1]  # fmt: skip
         assert ended, (f, spans)  # ...one of them ended while the node was drained...
+        assert not f["effect"]["evidence"]["ended_by_another_fault"], f  # ...not by a fill
         # ...and a job waiting then (the drain probe, or a campaign task) ran only after RESUME
         refused = []
         for key in f["effect"]["evidence"]["refused_while_drained"]:
@@ -133,6 +136,7 @@ def check_effect(f: dict, jobcomp: list[dict[str, str]], logs: Path) -> None:
                      if ln.startswith("Error: cannot write") and "No space left on device" in ln]  # fmt: skip
             if lines:
                 arr, idx = name.rsplit(".", 1)[0].split("_")[-2:]
+                assert f"{arr}_{idx}" in tg["computing"], (name, f)  # a run it was aimed at
                 met[name] = _runs(jobcomp, f"{arr}_{idx}", at, at + f["hold_s"])
         assert met, f
         # the run that met the full disk ended failed (bias-run exits 4, which the
