@@ -79,7 +79,10 @@ def test_newton_and_laplace_are_exact_on_a_gaussian(eigenvalues, mode_atol, cov_
     settings = map_.MapConfig(optimizer="newton", num_steps=50, num_samples=10)
     lap = jax.jit(lambda obs: map_.laplace(obs, post, settings))(jnp.zeros(()))
     assert bool(lap.ok) and bool(lap.opt.converged)
-    np.testing.assert_array_equal(np.asarray(lap.opt.x), np.asarray(res.x))
+    # another compiled program: the same mode to rounding, in posterior sd (1e-6 sd; the
+    # stopping rule alone allows sqrt(2 tol) = 1.4e-5 sd at the default 1e-10)
+    d = np.asarray(lap.opt.x) - np.asarray(res.x)
+    assert np.sqrt(d @ a @ d) <= 1e-6, d
     sigma = np.asarray(map_.covariance(lap, map_.layout_of(post)))
     np.testing.assert_allclose(sigma @ a, np.eye(3), atol=cov_rtol)
     np.testing.assert_allclose(sigma, cov, rtol=0, atol=cov_rtol * np.abs(cov).max())

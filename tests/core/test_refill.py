@@ -137,7 +137,8 @@ def test_a_refilled_lane_is_bitwise_the_realization_run_alone(programs):
 
 
 def test_step_counts_and_flags_are_the_lockstep_fits(programs):
-    """Same iterations as the vmapped per-realization fit: equal step counts and flags,
+    """Same iterations as the vmapped per-realization fit: step counts within one (the
+    other program's rounding may tip one stopping test) and equal flags,
     the same mode and draws to rounding in posterior sd (the programs' widths differ, so
     XLA may vectorise the same arithmetic differently). At the shipped tol (slow tier)
     the two programs' float32 Gauss-Newton roundings are not washed out: each fit stops
@@ -150,8 +151,8 @@ def test_step_counts_and_flags_are_the_lockstep_fits(programs):
     np.testing.assert_array_equal(got.info.laplace_ok, ref.info.laplace_ok)
     agree = agreement(got, ref)
     if programs["tol"] is None:
-        np.testing.assert_array_equal(got.info.n_steps, ref.info.n_steps)
-        assert agree.within() and agree.max_steps_diff == 0, agree
+        # rounding in either program can tip one stopping test by one step, no more
+        assert agree.within() and agree.max_steps_diff <= 1, agree
     else:
         bound = 2.0 * np.sqrt(2.0 * programs["tol"])
         assert agree.max_diff_sd <= bound and agree.flags_equal, agree
@@ -185,7 +186,10 @@ def test_refilled_fit_and_laplace_factor_are_bitwise_alone(laplace_fits):
                         strict=True):  # fmt: skip
             assert np.array_equal(a, b, equal_nan=True), r
     opt = batch[0]
-    np.testing.assert_array_equal(opt.n_steps, lockstep.opt.n_steps)
+    # the vmapped fit is another compiled program: rounding may tip a stopping test by
+    # one step (the refilled lanes against their own program alone are bitwise, above)
+    steps = np.abs(np.asarray(opt.n_steps, int) - np.asarray(lockstep.opt.n_steps, int))
+    assert steps.max() <= 1, steps
     np.testing.assert_array_equal(opt.converged, lockstep.opt.converged)
     # executed lane-steps: LANES x the loops' iterations; never fewer than the steps needed
     executed, need = int(batch[3]), int(np.sum(opt.n_steps))

@@ -91,16 +91,24 @@ def test_same_seed_same_galaxy_and_noise_at_every_shear(cfg):
 
 
 def test_realization_depends_only_on_its_seed(cfg):
+    """The same realization in batches of 1, 2, 10 and at any position: the same truths
+    and image. Each batch width is its own compiled program (docs/guarantees.md: not bit
+    for bit), so the image agrees to 1e-6 of the pixel noise's sigma and the truths to
+    1e-12 relative, far below anything a fit could see and far above rounding; another
+    seed differs by the noise itself."""
+    sigma = 1e-3  # image.noise.sigma of the fixture
     target = Realization("t", 0.02, -0.01, 0)  # seed 0 is an ordinary seed
     others = plan_campaign([0.03, -0.04, 0.01], n_realizations=3, base_seed=11)
     alone = simulate_batch(cfg, [target])
     for batch in ([*others[:4], target, *others[4:]], [target, *others[::-1]], [others[0], target]):
         sim = simulate_batch(cfg, batch)
         i = batch.index(target)
-        np.testing.assert_array_equal(np.asarray(sim.images[i]), np.asarray(alone.images[0]))
+        np.testing.assert_allclose(
+            np.asarray(sim.images[i]), np.asarray(alone.images[0]), rtol=0, atol=1e-6 * sigma
+        )
         for f in sim.params:
-            np.testing.assert_array_equal(
-                np.asarray(sim.params[f][i]), np.asarray(alone.params[f][0])
+            np.testing.assert_allclose(
+                np.asarray(sim.params[f][i]), np.asarray(alone.params[f][0]), rtol=1e-12
             )
     again = simulate_batch(cfg, [target._replace(seed=1)])
     assert not np.array_equal(np.asarray(again.images), np.asarray(alone.images))
