@@ -149,17 +149,17 @@ def test_report_stamps_from_a_fresh_process(reported, tmp_path):
     """The report's stamps rendered in a fresh interpreter, where no config was parsed
     before: the campaign's config is validated against the schema with the registered
     methods' settings (it once failed there: 'inference.map_config: extra inputs', and
-    make demo's report had no stamps). The one part of bias-stats that runs JAX (the
-    model's renderer) loads nothing under shearbatch/engine/ (issue 57)."""
+    make demo's report had no stamps). The renderer (the process bias-stats starts for
+    the stamps, the one that runs JAX) loads nothing under shearbatch/engine/ (issue 57)."""
     import sys
 
     tmp, _, _ = reported
     camp = tmp / "camp"
     rid = find_realization_dirs(camp)[0].name
     code = ("import sys, yaml; from pathlib import Path; "
-            "from shearbatch.app.report import _stamps_png; "
+            "from shearbatch.app.stamps import render; "
             "root = Path(sys.argv[1]); cfg = yaml.safe_load((root / 'config.yaml').read_text()); "
-            "_stamps_png(root, [sys.argv[2]], cfg, Path(sys.argv[3])); "
+            "render(root, [sys.argv[2]], cfg, Path(sys.argv[3])); "
             "print(sorted(m for m in sys.modules if m.startswith('shearbatch.engine')))")  # fmt: skip
     png = tmp_path / "stamps.png"
     out = subprocess.run([sys.executable, "-c", code, str(camp), rid, str(png)],
@@ -167,3 +167,13 @@ def test_report_stamps_from_a_fresh_process(reported, tmp_path):
     assert out.returncode == 0, out.stderr
     assert png.stat().st_size > 5_000
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_stamps_that_cannot_be_rendered_fail_in_one_line(tmp_path):
+    """The child process that renders the stamps fails with one line naming why (here: a
+    directory that is no campaign), which the report's warning quotes; nothing written."""
+    from shearbatch.app.stamps import StampsFailed, stamps_png
+
+    with pytest.raises(StampsFailed, match="no config.yaml or campaign.json config"):
+        stamps_png(tmp_path, ["g1_+0.0500_g2_+0.0500_s0"], tmp_path / "stamps.png")
+    assert not (tmp_path / "stamps.png").exists()

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..analysis.result import BiasResult
 from ..io import atomic
 from ..io.layout import COMMANDS_FILE, FIGURES, PLOTS
 from .inputs import campaign_config
+from .stamps import stamps_png
 
 __all__ = ["stats_plots", "write_report"]
 
@@ -26,68 +26,6 @@ def _png(fig: Any, dpi: int) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, dpi=dpi, format="png")
     return buf.getvalue()
-
-
-def _stamps_png(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: Path) -> Path:
-    """Data, model at the estimate and residual of a few realizations (the data from their
-    posterior.nc, the model rendered from the campaign's config at each one's estimate).
-
-    The one part of ``bias-stats`` that runs JAX (the forward model's renderer, imported
-    here and only here): JAX is set up as an entry point sets it (precision, the campaign's
-    compilation cache) and restored after, without the engine."""
-    import numpy as np
-    import xarray as xr
-
-    from .. import process
-    from ..analysis.plots import stamps_figure
-    from ..io import POSTERIOR, TRUTH, find_realization_dirs, read_json
-    from ..schema import current_config
-    from ..spec import run_spec
-    from .preview import models_at_estimate
-
-    where = {p.name: p for p in find_realization_dirs(root)}
-    images, reals, homes = [], [], []
-    for rid in run_ids:
-        d = where[rid]
-        with xr.open_dataset(d / POSTERIOR, group="observed_data", engine="netcdf4") as ds:
-            images.append(np.asarray(ds["obs"].values, float))
-        t = read_json(d / TRUTH)
-        reals.append(_Real(rid, float(t["g1"]), float(t["g2"])))
-        homes.append(d.parent)
-    # the campaign's precision, and its compilation cache when it has one: the model's
-    # constants (PSF tables, reference S/N) are computed op by op, each op a compiled
-    # program that bias-run compiled and cached already (measured at Level 2 on the 2-core
-    # CPU: 18 s without the cache, 7 s with it)
-    # On a GPU node JAX would start here (this process's only use of it) taking 75% of the
-    # GPU's memory up front for three stamps: it takes what it uses unless told otherwise
-    cache = process.default_cache_dir(root)
-    cache = cache if Path(cache).is_dir() else "off"
-    x64 = str((cfg.get("inference") or {}).get("precision", "float64")) == "float64"
-    lazy = {"XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",
-                                                            "false")}  # fmt: skip
-    with process.scoped_environ(lazy):
-        saved = process.flag_values()
-        try:
-            process.configure_flags(x64, None if cache == "off" else cache)
-            logger.info("%s", process.backend_line(x64, cache))
-            spec = run_spec(current_config().model_validate(cfg))  # validated when run
-            models = np.concatenate([models_at_estimate(_Where(spec, h), [r])
-                                     for h, r in zip(homes, reals, strict=True)])  # fmt: skip
-        finally:
-            process.set_flags(saved)
-    fig = stamps_figure(np.stack(images), list(run_ids), spec.model.noise_sigma, models)
-    return atomic.write_bytes(path, _png(fig, dpi=90))
-
-
-class _Real(NamedTuple):  # what models_at_estimate reads of a planned realization
-    run_id: str
-    g1: float
-    g2: float
-
-
-class _Where(NamedTuple):  # what models_at_estimate reads of a plan
-    spec: Any
-    output_dir: Path
 
 
 def write_report(
@@ -121,7 +59,7 @@ def write_report(
     if root is not None and cfg is not None and digest.stamp_runs and plot_dir:
         ids = digest.stamp_runs
         try:
-            figures.append(_stamps_png(root, ids, cfg, plot_dir / FIGURES[0]))
+            figures.append(stamps_png(root, ids, plot_dir / FIGURES[0]))
         except Exception as err:  # a figure must not cost the report
             logger.warning("report: no stamps (%s: %s)", type(err).__name__, err)
     if plot_dir is not None:
