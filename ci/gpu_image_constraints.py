@@ -13,11 +13,13 @@ the versions tier on the CPU: the same JAX program as on the GPU, another backen
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pins import ROOT, tested_pins
+from _pins import main as _main
+
 OUT = ROOT / "ci" / "constraints-gpu-image.txt"
 #: the image's Python (make test-gpu-image uses python3.12) and its packages
 PYTHON = "3.12.3"
@@ -31,35 +33,15 @@ HEADER = f"""\
 """
 
 
-def _canon(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
 def render(root: Path = ROOT) -> str:
     """The text of ci/constraints-gpu-image.txt for the constraints.txt at root."""
     lines = [f"{name}=={ver}" for name, ver in IMAGE.items()]
-    for line in (root / "constraints.txt").read_text().splitlines():
-        pin = line.split("#", 1)[0].strip()
-        if "==" in pin and _canon(pin.split("==", 1)[0]) not in IMAGE:
-            lines.append(pin)
+    lines += [pin for name, pin in tested_pins(root).items() if name not in IMAGE]
     return HEADER + "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    args = p.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.is_file() or OUT.read_text() != text:
-            sys.stderr.write(
-                f"{OUT.relative_to(ROOT)} is stale: run python ci/gpu_image_constraints.py\n"
-            )
-            return 1
-        return 0
-    OUT.write_text(text)
-    sys.stdout.write(f"wrote {OUT.relative_to(ROOT)}\n")
-    return 0
+    return _main(OUT, render, "gpu_image_constraints.py", __doc__, argv)
 
 
 if __name__ == "__main__":

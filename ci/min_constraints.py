@@ -12,12 +12,14 @@ dependencies) is left to the resolver, as a user's fresh install would be.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pins import ROOT, tested_pins
+from _pins import main as _main
+
 OUT = ROOT / "ci" / "constraints-min.txt"
 RUNNER = ("pytest", "pytest-xdist")  # the tier's test runner, at constraints.txt's versions
 HEADER = """\
@@ -45,20 +47,11 @@ def _lower(req: str) -> str:
     return lows[0]
 
 
-def _canon(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
 def render(root: Path = ROOT) -> str:
     """The text of ci/constraints-min.txt for the pyproject.toml and constraints.txt at root."""
     deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
     lines = [f"{_name(r)}=={_lower(r)}" for r in deps]
-    tested = {}
-    for line in (root / "constraints.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            name, ver = line.split("==", 1)
-            tested[_canon(name)] = f"{name}=={ver}"
+    tested = tested_pins(root)
     for name in RUNNER:
         if name not in tested:
             raise SystemExit(f"constraints.txt does not pin {name}")
@@ -67,20 +60,7 @@ def render(root: Path = ROOT) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    args = p.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.is_file() or OUT.read_text() != text:
-            sys.stderr.write(
-                f"{OUT.relative_to(ROOT)} is stale: run python ci/min_constraints.py\n"
-            )
-            return 1
-        return 0
-    OUT.write_text(text)
-    sys.stdout.write(f"wrote {OUT.relative_to(ROOT)}\n")
-    return 0
+    return _main(OUT, render, "min_constraints.py", __doc__, argv)
 
 
 if __name__ == "__main__":
