@@ -30,31 +30,18 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 T0=$SECONDS
 say() { echo "[gpu_check +$((SECONDS - T0)) s] $*"; }
+. ci/gpu_common.sh
 
 main() {
 
 say "python: $($PY --version 2>&1) at $(command -v "$PY"); tree: ${SHEARBATCH_GIT_COMMIT:-commit not given}"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || { say "wheel install failed"; exit 9; }
-  say "installed $(ls .whl/*.whl | wc -l) wheels into /tmp/site"
-else
-  say "no .whl/ here: using the packages installed"
-fi
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}
+gpu_install_wheels || exit 9
+export PYTHONPATH=$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 SHEARBATCH_REQUIRE_GPU=${SHEARBATCH_REQUIRE_GPU:-1}
 unset JAX_PLATFORMS XLA_PYTHON_CLIENT_PREALLOCATE SHEARBATCH_MEMORY_BUDGET
 
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv 2>&1 || true
-timeout 60 "$PY" - <<'EOF' || say "JAX probe failed (exit $?)"
-import jax
-d = jax.devices()[0]
-print("jax", jax.__version__, "devices", jax.devices(), "backend", jax.default_backend())
-print("memory_stats", {k: v for k, v in (d.memory_stats() or {}).items()
-                       if k in ("bytes_limit", "bytes_in_use", "peak_bytes_in_use")})
-import shearbatch.cli, pydantic, netCDF4, arviz  # everything bias-run imports
-print("shearbatch", shearbatch.__version__, "from", shearbatch.__file__)
-EOF
+gpu_probe 60 || say "JAX probe failed (exit $?)"
 
 say "bench/bench_gpu.py $*"
 timeout -k 10 250 "$PY" bench/bench_gpu.py --log "$OUT/bench_gpu.log" --out "$OUT/gpu.json" "$@"

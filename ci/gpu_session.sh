@@ -61,15 +61,11 @@ PY=${PYTHON:-python3}
 T0=$SECONDS
 TOTAL=460  # s: the steps' limits together (the bench's kill margin included: <= 475 s)
 say() { echo "[gpu_session +$((SECONDS - T0)) s] $*"; }
+. ci/gpu_common.sh
 
 main() {
 say "python: $($PY --version 2>&1) at $(command -v "$PY"); tree: ${SHEARBATCH_GIT_COMMIT:-commit not given}; out: $DIR; mode: $([ "$SMOKE" = 1 ] && echo cpu-smoke || echo gpu)"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || { say "wheel install failed"; return 9; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  say "installed $(ls .whl/*.whl | wc -l) wheels into /tmp/site"
-fi
+gpu_install_wheels || return 9
 export PYTHONPATH=$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 unset XLA_PYTHON_CLIENT_PREALLOCATE SHEARBATCH_MEMORY_BUDGET SHEARBATCH_CACHE_DIR
@@ -85,15 +81,7 @@ else
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv 2>&1 || true
 fi
 
-timeout "$t_probe" "$PY" - <<'EOF' | tee "$DIR/.probe" || say "JAX probe failed (exit $?)"
-import jax
-d = jax.devices()[0]
-print("jax", jax.__version__, "devices", jax.devices(), "backend", jax.default_backend())
-print("memory_stats", {k: v for k, v in (d.memory_stats() or {}).items()
-                       if k in ("bytes_limit", "bytes_in_use", "peak_bytes_in_use")})
-import shearbatch.cli, pydantic, netCDF4, arviz  # everything bias-run imports
-print("shearbatch", shearbatch.__version__, "from", shearbatch.__file__)
-EOF
+gpu_probe "$t_probe" | tee "$DIR/.probe" || say "JAX probe failed (exit $?)"
 backend=$(sed -n 's/.* backend \([a-z]*\).*/\1/p' "$DIR/.probe"); rm -f "$DIR/.probe"
 if [ "$SMOKE" = 0 ] && [ "$backend" != gpu ]; then
   say "no GPU here (JAX's backend: ${backend:-unknown}): nothing run; --cpu-smoke tries the steps"
