@@ -47,7 +47,7 @@ demo: $(VENV)/.installed  ## set-up + a small 2-D Level 0 campaign (run -> extra
 	$(BIN)/bias-stats --input $(OUT)/summary.csv --output-dir $(OUT)/stats --level level_0 \
 	    --posterior-dir $(OUT)/runs --report $(OUT)/report.html
 
-test: $(VENV)/.installed-test  ## set-up + the default test tier (~4 min on 2 cores, warm cache)
+test: $(VENV)/.installed-test  ## set-up + the default test tier (tens of minutes on 2 cores; README.md "Tests")
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15
 
 # the long statistical tier (not run by `make test` / CI)
