@@ -1469,6 +1469,83 @@ FIGURES += [
 ]  # fmt: skip
 
 
+def same(vals: list[Any], fmt: str | Callable[[Any], str]) -> str:
+    """Values quoted once for several ("in both components", "each"): their common
+    rounding, or all of them joined by ``/`` where they differ (which no document quotes)."""
+    out = [fmt(v) if callable(fmt) else format(v, fmt) for v in vals]
+    return out[0] if len(set(out)) == 1 else "/".join(out)
+
+
+def order(v: float) -> str:
+    """``1e-3``: the power of ten nearest ``|v|`` ("of order 1e-3")."""
+    return f"1e{round(math.log10(abs(v)))}"
+
+
+def _failed_in_log(J: Callable[..., Any]) -> list[str]:
+    """The run ids that the H100 campaign's Level 2 log says failed."""
+    return sorted(set(re.findall(r"(g1_\S+) failed: ", J(GPU2D + "log.txt", ""))))
+
+
+_A0 = VAL + "anacal/level0/validation.json"
+_SCAN0 = ("level0_cell50", "level0", "level0_cell96", "level0_cell128", "level0_g01")
+_NUMBER = {1: "one", 2: "two", 3: "three"}
+# issue 56 item 5: the figures that were still quoted without a check
+FIGURES += [
+    # docs/validation.md, "AnaCal beside the forward model" (results/validation/anacal/)
+    Fig(VM, "So at S/N 1000 FPFS's own m at Level 2 is at most of order {}; at S/N 45 the 2,400 seeds bound it "
+        "only to their ~{} error.", VAL + "anacal/level2_snr1000/validation.json",
+        (calc(lambda J: max(abs(_ana(J, "level2_snr1000", c)) for c in ("m1", "m2")), order),
+         calc(lambda J: [_ana(J, "level2_2d", c + "_err") for c in ("m1", "m2")],
+              lambda vs: same(vs, lambda v: f"{v * 1e3:.0f}e-3"))), cite="results/validation/anacal/"),
+    Fig(VM, "AnaCal shows a multiplicative bias of order {} in both components, ~{} sigma from zero; the forward "
+        "model's m is {}x (m1) and {}x (m2) smaller.", _A0,
+        (calc(lambda J: [_ana(J, "level0", c) for c in ("m1", "m2")], lambda vs: same(vs, order)),
+         calc(lambda J: [abs(_ana(J, "level0", c)) / _ana(J, "level0", c + "_err") for c in ("m1", "m2")],
+              lambda vs: same(vs, ".0f")),
+         *(calc(lambda J, c=c: abs(_ana(J, "level0", c) / J(_A0, f"estimators.results.map.{c}")), ".0f")
+           for c in ("m1", "m2"))), cite="results/validation/anacal/"),
+    Fig(VM, "(the scan below: {}x (m1) and {}x (m2) smaller at +-0.01, {}x and {}x larger at +-0.04, against 4x "
+        "for a term in g^2)", VAL + "anacal/level0_g04/validation.json",
+        (*(calc(lambda J, c=c: _ana(J, "level0", c) / _ana(J, "level0_g01", c), ".1f") for c in ("m1", "m2")),
+         *(calc(lambda J, c=c: _ana(J, "level0_g04", c) / _ana(J, "level0", c), ".1f") for c in ("m1", "m2"))),
+        cite="results/validation/anacal/"),
+    Fig(VM, "it is at most {} (the scan's cells at +-0.02 and `level0_g01`)", VAL + "anacal/level0_g01/validation.json",
+        (calc(lambda J: max(abs(_ana(J, n, c)) for n in _SCAN0 for c in ("m1", "m2")), ".2e"),),
+        cite="results/validation/anacal/"),
+    # docs/validation.md, "Levels 1 and 2": NUTS at Level 2 (scaling.json, as docs/benchmarks.md)
+    Fig(VM, "about {} CPU-hours on this machine by the extrapolation of `results/benchmarks/scaling.json`", SCAL,
+        (calc(lambda J: nuts_l2_s(J) * 288 / 3600, ".0f"),), cite="results/benchmarks/scaling.json"),
+    # docs/validation.md, "The interim draws and their weights"
+    Fig(VM, "within 1e-4 of the reference (at ~{} sigma of its Monte Carlo error)", EST,
+        (calc(lambda J: [1e-4 / est_row(p, 1000, "dm_err")(J) for p in ("student_t", "student_t_narrow")],
+              lambda vs: same(vs, ".0f")),), cite="results/benchmarks/estimator.json"),
+    Fig(VM, "an additive term of ~{} (this run's c1)", GPU2D + "validation.json",
+        (j("result.c1", lambda v: f"{abs(v) * 1e3:.0f}e-3"),), cite="level2_field_gpu/"),
+    Fig(VM, "are {} images of one seed, {} (`level2_field_gpu/log.txt`)", GPU2D + "log.txt",
+        (calc(lambda J: _NUMBER[len(_failed_in_log(J))], "s"),
+         calc(lambda J: [re.search(r"_s(\d+)", r).group(1) for r in _failed_in_log(J)], lambda vs: same(vs, "s"))),
+        cite="level2_field_gpu/log.txt"),
+    Fig(VM, "opposite signs at ~{} sigma each", CPU2D + "bias_results.json",
+        (calc(lambda J: [abs(J(GPU2D + "validation.json", "result.c1") / J(GPU2D + "validation.json", "result.c1_err")),
+                         abs(J(CPU2D + "bias_results.json", "c1") / J(CPU2D + "bias_results.json", "c1_err"))],
+              lambda vs: same(vs, ".0f")),), cite="level2_cpu_2d/"),
+    # docs/benchmarks.md
+    Fig(BM, "shared, load {}; each command", BENCH + "import.json",
+        (calc(lambda J: [J(BENCH + "import.json", "load_average_start[0]"), J(BENCH + "import.json", "load_average_end[0]")],
+              lambda vs: same(vs, ".1f")),), cite="results/benchmarks/import.json"),
+    Fig(BM, "needs (warm-up + samples) x {} leapfrog steps (tree depth 3) x 4 chains", NL2,
+        (calc(lambda J: [r["leapfrog_steps_per_call"] / (r["warmup"] + r["samples"]) for p in (NL2, NL2B, NL2BA)
+                         for r in J(p, "rows") if r["config"] == "level2" and r["depth_warmup"] == 3
+                         and r["depth_sampling"] == 3], lambda vs: same(vs, ".0f")),),
+        cite="results/benchmarks/nuts_level2.json"),
+    Fig(BM, "every array `scancel` hit tasks {}-{} s old, still {},", CHAOS,
+        (*(calc(lambda J, agg=agg: agg(r["elapsed_s"] for f in J(CHAOS, "faults") if f["kind"] == "scancel_array"
+                                       for r in f["target"]["running"]), "d") for agg in (min, max)),
+         calc(lambda J: sorted({r["phase"] for f in J(CHAOS, "faults") if f["kind"] == "scancel_array"
+                                for r in f["target"]["running"]}), lambda vs: " / ".join(vs)))),
+]  # fmt: skip
+
+
 def squash(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
@@ -1545,6 +1622,12 @@ BOUNDS = [
           "results/validation/anacal/"),
     Bound(VM, "and m2 differs by\nless than 1e-3 (the table's paired difference)", VAL + "anacal/level2_snr1000/validation.json",
           lambda J: abs(_ana_diff(J, "level2_snr1000", "dm2")) < 1e-3, "results/validation/anacal/"),
+    Bound(VM, "bring the collapse below 0.5% (the table's last row)", BENCH + "weights_level2.json",
+          lambda J: J(BENCH + "weights_level2.json", "measured.galaxies.population_pooled.frac_below") < 0.005,
+          "weights_level2.json"),
+    Bound(VM, "36 tasks at the median\ntask's wall time alone exceed 90 minutes", E3 + "validation.json",
+          lambda J: J(E3 + "validation.json", "timing.array_tasks.tasks") == 36
+          and 36 * J(E3 + "validation.json", "timing.array_tasks.task_wall_s_median") > 90 * 60, "level2_2d_3e4/"),
 ]  # fmt: skip
 
 
