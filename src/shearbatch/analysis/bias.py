@@ -7,16 +7,18 @@ requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
    target sigma_m), each checked there and nowhere else (:class:`BadSetting` names it);
    the requirement comes chosen and resolved
    (:func:`shearbatch.app.stats.choose_requirement`), or as a name resolved here;
-1. :func:`scan_part` per part (:func:`prepare_table`: the current column names, the
-   required columns; :func:`~shearbatch.analysis.scope.scope`: the rows judged and
-   whether the campaign is unfinished); then, over the whole table, the point estimate
+1. :func:`scan_part` per part, a :class:`~shearbatch.analysis.parts.PartScan`
+   (:func:`prepare_table`: the current column names, the required columns;
+   :func:`~shearbatch.analysis.scope.scope`: the rows judged and whether the campaign is
+   unfinished), the parts' scans folded; then, over the whole table, the point estimate
    (``mean``, ``median`` or ``mode``; ``auto``: the mode for a MAP campaign, the mean
    otherwise) and its columns checked, and finite truths in every ``ok`` row;
-2. :func:`measure_part` per part: the usable rows (:func:`usable_rows`), the complete
+2. :func:`measure_part` per part, a :class:`~shearbatch.analysis.parts.PartSums`, folded
+   likewise: the usable rows (:func:`usable_rows`), the complete
    rings and pairs, the per-seed sums of ``g_hat = (1 + m) g_true + c`` per component
    (:mod:`shearbatch.analysis.stats`: regression, paired, constant truth), the coverage
    and rank counts, the notes' inputs, the host estimators' sums;
-3. merged in seed order: the estimator (``auto``: ``paired`` when there are +g/-g pairs),
+3. from the folded sums: the estimator (``auto``: ``paired`` when there are +g/-g pairs),
    the fits with errors over seeds (or, for an interim-model campaign, the population
    estimator pooled per grid point, :mod:`shearbatch.analysis.pooled`), coverage, SBC
    (when the truths were drawn from the prior, or forced), :func:`judge` (each criterion
@@ -28,11 +30,13 @@ requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
 :func:`shearbatch.app.run_stats`.
 
 A table may come in parts sharing no seed (:mod:`shearbatch.analysis.parts`: a
-field-scale ``summary.csv`` split by seed). The steps then run per part in two passes,
-:func:`scan_part` (scope, counts, the point estimate's inputs and checks) and
-:func:`measure_part` (usable rows, rings, per-seed sums, coverage and rank counts, notes),
-and their results are merged in seed order (``_merged_*``): the whole table's numbers, bit
-for bit, in memory set by a part.
+field-scale ``summary.csv`` split by seed; a DataFrame is one part,
+:class:`~shearbatch.analysis.parts.InMemory`). The two passes are folds: each part's
+record (:class:`~shearbatch.analysis.parts.PartScan`,
+:class:`~shearbatch.analysis.parts.PartSums`) is merged into the parts' before it, in part
+order (an associative ``merge`` from ``empty()``), and the sections are read off the
+folded records (``_merged_*``): the whole table's numbers, bit for bit, in memory set by a
+part.
 """
 
 from __future__ import annotations
@@ -120,15 +124,18 @@ class Settings:
     is here, checked once when the record is made (:class:`BadSetting`)."""
 
     estimator: str = "auto"
-    """``regression``, ``paired`` or ``auto`` (:func:`choose_estimator`)."""
+    """``regression``, ``paired`` or ``auto`` (``paired`` when there are complete +g/-g
+    pairs, else ``regression``: :func:`measure_bias`)."""
     point: str = "auto"
-    """``mean``, ``median``, ``mode`` or ``auto`` (:func:`choose_point`)."""
+    """``mean``, ``median``, ``mode`` or ``auto`` (the mode for a MAP campaign, the mean
+    otherwise: :func:`_merged_point`)."""
     weights: str = "none"
     """``none`` or ``inverse-variance``."""
     n_boot: int = 1000
     """Bootstrap resamples of the paired estimator, >= 2."""
     sbc_mode: str = "auto"
-    """``on``, ``off`` or ``auto`` (:func:`calibrate`)."""
+    """``on``, ``off`` or ``auto`` (SBC when the truths were drawn from the inference
+    prior: :func:`_merged_sbc`)."""
     seed: int = 0
     """Of the bootstrap."""
     include_unplanned: bool = False
@@ -292,7 +299,7 @@ def judge(
     sc: Scope,
     acc: dict[str, Any],
 ) -> tuple[list[Criterion], str, str | None]:
-    """Step 9: ``(criteria, verdict, verdict of the complete ones)``. The fraction
+    """Step 3's verdict: ``(criteria, verdict, verdict of the complete ones)``. The fraction
     converged is over the complete realizations (missing work is not a convergence
     failure); an unfinished campaign is INCONCLUSIVE, judged on its complete ones too
     (else that verdict is None)."""
