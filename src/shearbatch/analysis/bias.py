@@ -7,16 +7,18 @@ requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
    target sigma_m), each checked there and nowhere else (:class:`BadSetting` names it);
    the requirement comes chosen and resolved
    (:func:`shearbatch.app.stats.choose_requirement`), or as a name resolved here;
-1. :func:`scan_part` per part (:func:`prepare_table`: the current column names, the
-   required columns; :func:`~shearbatch.analysis.scope.scope`: the rows judged and
-   whether the campaign is unfinished); then, over the whole table, the point estimate
+1. :func:`scan_part` per part, a :class:`~shearbatch.analysis.parts.PartScan`
+   (:func:`prepare_table`: the current column names, the required columns;
+   :func:`~shearbatch.analysis.scope.scope`: the rows judged and whether the campaign is
+   unfinished), the parts' scans folded; then, over the whole table, the point estimate
    (``mean``, ``median`` or ``mode``; ``auto``: the mode for a MAP campaign, the mean
    otherwise) and its columns checked, and finite truths in every ``ok`` row;
-2. :func:`measure_part` per part: the usable rows (:func:`usable_rows`), the complete
+2. :func:`measure_part` per part, a :class:`~shearbatch.analysis.parts.PartSums`, folded
+   likewise: the usable rows (:func:`usable_rows`), the complete
    rings and pairs, the per-seed sums of ``g_hat = (1 + m) g_true + c`` per component
    (:mod:`shearbatch.analysis.stats`: regression, paired, constant truth), the coverage
    and rank counts, the notes' inputs, the host estimators' sums;
-3. merged in seed order: the estimator (``auto``: ``paired`` when there are +g/-g pairs),
+3. from the folded sums: the estimator (``auto``: ``paired`` when there are +g/-g pairs),
    the fits with errors over seeds (or, for an interim-model campaign, the population
    estimator pooled per grid point, :mod:`shearbatch.analysis.pooled`), coverage, SBC
    (when the truths were drawn from the prior, or forced), :func:`judge` (each criterion
@@ -28,17 +30,20 @@ requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
 :func:`shearbatch.app.run_stats`.
 
 A table may come in parts sharing no seed (:mod:`shearbatch.analysis.parts`: a
-field-scale ``summary.csv`` split by seed). The steps then run per part in two passes,
-:func:`scan_part` (scope, counts, the point estimate's inputs and checks) and
-:func:`measure_part` (usable rows, rings, per-seed sums, coverage and rank counts, notes),
-and their results are merged in seed order (``_merged_*``): the whole table's numbers, bit
-for bit, in memory set by a part.
+field-scale ``summary.csv`` split by seed; a DataFrame is one part,
+:class:`~shearbatch.analysis.parts.InMemory`). The two passes are folds: each part's
+record (:class:`~shearbatch.analysis.parts.PartScan`,
+:class:`~shearbatch.analysis.parts.PartSums`) is merged into the parts' before it, in part
+order (an associative ``merge`` from ``empty()``), and the sections are read off the
+folded records (``_merged_*``): the whole table's numbers, bit for bit, in memory set by a
+part.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -46,11 +51,24 @@ import numpy as np
 from ..core.priors import PRIOR_PULL_MAX, campaign_pull
 from ..schema import requirements as rq
 from . import stats
-from .result import BiasResult, Criterion, Requirement
+from .parts import (
+    BadTruth,
+    CompSums,
+    Counts,
+    InMemory,
+    IntervalCount,
+    PartScan,
+    PartSums,
+    PerComp,
+    PerPoint,
+    RankCounts,
+)
+from .result import BiasResult, Criterion, Requirement, Scope
 from .scope import scope
 from .stats import (
     WEIGHTS,
     Fit,
+    SeedSums,
     complete_rings,
     error_label,
     has_pairs,
@@ -106,15 +124,18 @@ class Settings:
     is here, checked once when the record is made (:class:`BadSetting`)."""
 
     estimator: str = "auto"
-    """``regression``, ``paired`` or ``auto`` (:func:`choose_estimator`)."""
+    """``regression``, ``paired`` or ``auto`` (``paired`` when there are complete +g/-g
+    pairs, else ``regression``: :func:`measure_bias`)."""
     point: str = "auto"
-    """``mean``, ``median``, ``mode`` or ``auto`` (:func:`choose_point`)."""
+    """``mean``, ``median``, ``mode`` or ``auto`` (the mode for a MAP campaign, the mean
+    otherwise: :func:`_merged_point`)."""
     weights: str = "none"
     """``none`` or ``inverse-variance``."""
     n_boot: int = 1000
     """Bootstrap resamples of the paired estimator, >= 2."""
     sbc_mode: str = "auto"
-    """``on``, ``off`` or ``auto`` (:func:`calibrate`)."""
+    """``on``, ``off`` or ``auto`` (SBC when the truths were drawn from the inference
+    prior: :func:`_merged_sbc`)."""
     seed: int = 0
     """Of the bootstrap."""
     include_unplanned: bool = False
@@ -275,17 +296,17 @@ def judge(
     cov: dict[str, Any],
     sbc_res: dict[str, Any],
     n_used: int,
-    sc: dict[str, Any],
+    sc: Scope,
     acc: dict[str, Any],
 ) -> tuple[list[Criterion], str, str | None]:
-    """Step 9: ``(criteria, verdict, verdict of the complete ones)``. The fraction
+    """Step 3's verdict: ``(criteria, verdict, verdict of the complete ones)``. The fraction
     converged is over the complete realizations (missing work is not a convergence
     failure); an unfinished campaign is INCONCLUSIVE, judged on its complete ones too
     (else that verdict is None)."""
-    frac = n_used / max(sc["n_complete"], 1)
+    frac = n_used / max(sc.n_complete, 1)
     crit = criteria(fits, cov, sbc_res, frac, acc, n_used)
     verdict = overall(c.status for c in crit)
-    if sc["unfinished"]:  # never a verdict on missing work
+    if sc.unfinished:  # never a verdict on missing work
         return crit, "INCONCLUSIVE", verdict
     return crit, verdict, None
 
@@ -334,19 +355,20 @@ def measure_bias(
         info = rq.REQUIREMENTS[name]
         req = Requirement(name, info["for"], info["source"])
     name, weights, n_boot, seed = req.name, st.weights, st.n_boot, st.seed
-    parts = df if hasattr(df, "frames") else _Whole(df)
+    parts = df if hasattr(df, "frames") else InMemory(df)
     # pass 1: counts, the point estimate, the checks (before any sum)
-    scans = [scan_part(part, st.include_unplanned) for part in parts.frames()]
-    sc = merge_scope(scans, st.include_unplanned)
-    point = _merged_point(scans, st.point)
+    scan = reduce(PartScan.merge, (scan_part(part, st.include_unplanned)
+                                   for part in parts.frames()), PartScan.empty())  # fmt: skip
+    sc = merge_scope(scan, st.include_unplanned)
+    point = _merged_point(scan, st.point)
     acc = {**rq.criteria_of(name), **(acceptance or {})}
-    _merged_truth_check(scans)
-    names = present_order(set().union(*(s["present"][point] for s in scans)))
-    n_rows = sum(s["n_planned"] for s in scans)
+    _merged_truth_check(scan)
+    names = present_order(set(getattr(scan.present, point)))
+    n_rows = scan.n_planned
     frac_sample = min(1.0, SAMPLE_ROWS / max(n_rows, 1))
     # pass 2: per-seed sums of every part
     single = parts.n_parts == 1
-    meas = [
+    total = reduce(PartSums.merge, (
         measure_part(
             part,
             st.include_unplanned,
@@ -358,26 +380,30 @@ def measure_bias(
             keep_usable=single,
         )
         for part in parts.frames()
-    ]
-    excluded = _merged_excluded(meas)
-    n_used = sum(m["n_used"] for m in meas)
+    ), PartSums.empty())  # fmt: skip
+    excluded = _merged_excluded(total)
+    n_used = total.n_used
     if n_used == 0:
         raise ValueError(f"no usable rows (excluded: {excluded or 'none'})")
     estimator = st.estimator
-    pairs = any(m["has_pairs"] for m in meas)
+    pairs = total.has_pairs
     if estimator == "auto":
         estimator = "paired" if pairs else "regression"
     elif estimator == "paired" and not pairs:
         raise ValueError("estimator paired: no complete +g/-g pairs (pair_id, pair_sign)")
-    fits, estimator, pooled = _merged_fits(meas, estimator, weights, n_boot, seed, population)
-    n_seeds = sum(m["n_seeds"] for m in meas)
-    cov = _merged_coverage(meas, acc, n_seeds)
-    sbc_res = _merged_sbc(meas, st.sbc_mode, int(acc["min_seeds"]))
+    # the parts' pooled-fit rows handed over (not kept twice while the fit streams)
+    held = [total.pooled_rows]
+    total = dataclasses.replace(total, pooled_rows=())
+    fits, estimator, pooled = _merged_fits(total, held, estimator, weights, n_boot, seed,
+                                           population)  # fmt: skip
+    n_seeds = total.n_seeds
+    cov = _merged_coverage(total, acc, n_seeds)
+    sbc_res = _merged_sbc(total, st.sbc_mode, int(acc["min_seeds"]))
     crit, verdict, of_complete = judge(fits, cov, sbc_res, n_used, sc, acc)
-    design = {"paired": any(m["design_pairs"] for m in meas),
-              "rotations": max((m["rotations"] for m in meas), default=1),
+    design = {"paired": total.design_pairs,
+              "rotations": 1 if total.rotations is None else total.rotations,
               "error_groups": "seed",
-              "incomplete_rings_left_out": sum(m["incomplete"] for m in meas)}  # fmt: skip
+              "incomplete_rings_left_out": total.incomplete}  # fmt: skip
     bias: dict[str, Any] = {}
     for comp, f in fits.items():
         k = comp[1]
@@ -387,45 +413,31 @@ def measure_bias(
         level=rq.alias_of(name) or name, estimator=estimator,
         point_estimate="population" if pooled is not None else point, weights=weights,
         requirement=req,
-        n_realizations=n_rows, n_ok=sum(s["n_ok"] for s in scans),
-        n_failed=sum(s["n_failed"] for s in scans),
-        n_incomplete=sum(s["n_incomplete"] for s in scans),
-        n_corrupt=sum(s["n_corrupt"] for s in scans), n_used=n_used, n_seeds=n_seeds,
-        excluded=excluded, **bias,
+        n_realizations=n_rows, n_ok=scan.n_ok, n_failed=scan.n_failed,
+        n_incomplete=scan.n_incomplete, n_corrupt=scan.n_corrupt, n_used=n_used,
+        n_seeds=n_seeds, excluded=excluded, **bias,
         fits={c: {"error_method": f.error_method, "error_label": error_label(f), "n": f.n,
                   "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
               for c, f in fits.items()},
-        design=design, warnings=_merged_warnings(meas), population=pooled, coverage=cov,
+        design=design, warnings=_merged_warnings(total), population=pooled, coverage=cov,
         sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=tuple(crit),
-        prior=_merged_prior(meas), noise_bias=_merged_noise(meas), verdict=verdict,
+        prior=_merged_prior(total), noise_bias=_merged_noise(total), verdict=verdict,
         scope=sc, verdict_of_complete=of_complete,
         planning=planning(crit, fits, design, n_used, n_seeds, st.target_sigma_m),
     )  # fmt: skip
     from .compare import compare_merge  # host estimators beside the method (issue 45)
 
-    method = next((m["method"] for m in meas if m["method"] is not None), "method")
-    frac = n_used / max(sc["n_complete"], 1)
-    side = compare_merge([m["compare"] for m in meas], acc, frac, method) if names else None
+    method = total.method if total.method is not None else "method"
+    frac = n_used / max(sc.n_complete, 1)
+    side = compare_merge(total.compare, acc, frac, method) if names else None
     if side is not None:
         result = result.replace(estimators=side)
-    digest = _digest(scans, meas, n_used)
-    usable = meas[0]["usable"] if single else digest.sample
+    digest = _digest(scan, total)
+    usable = total.usable if single else digest.sample
     return BiasAnalysis(result, fits, usable, digest)
 
 
 # ------------------------------------------------------------------ a table in parts
-
-
-class _Whole:
-    """A DataFrame as one part (:class:`shearbatch.analysis.parts.InMemory`'s interface)."""
-
-    n_parts = 1
-
-    def __init__(self, df: Any):
-        self.df = df
-
-    def frames(self) -> Any:
-        yield self.df
 
 
 #: at most about this many usable rows drawn in the residual figure (whole seeds, chosen
@@ -457,89 +469,88 @@ class TableDigest:
     stamp_runs: list[str]
 
 
-def scan_part(df: Any, include_unplanned: bool = False) -> dict[str, Any]:
+def scan_part(df: Any, include_unplanned: bool = False) -> PartScan:
     """Pass 1 over a part: its scope and status counts, what resolves the point estimate
-    (:func:`resolve_point`) and checks it (:func:`_check_point`, per candidate), the bad
-    truths (:func:`check_truths`), the host estimators present per candidate point, the
+    and checks it (:func:`_merged_point`, per candidate), the bad truths
+    (:func:`_merged_truth_check`), the host estimators present per candidate point, the
     failures by flag and the worst-converged candidates."""
     from . import report
     from .compare import present
     from .plots import worst_rows
 
     df = prepare_table(df)
-    out: dict[str, Any] = {"failures": report.failures_by_flag(df), "worst": worst_rows(df, 3),
-                           "columns": list(df.columns)}  # fmt: skip
+    failures, worst, columns = report.failures_by_flag(df), worst_rows(df, 3), tuple(df.columns)
     df, sc = scope(df, include_unplanned)
-    out.update(n_unplanned=sc["n_unplanned"], n_planned=sc["n_planned"],
-               n_complete=sc["n_complete"], unfinished=sc["unfinished"])  # fmt: skip
     status, conv = _ok_converged(df)
-    for s in ("ok", "failed", "incomplete", "corrupt"):
-        out[f"n_{s}"] = int((status == s).sum())
-    out["estimates"] = (set(df["point_estimate"].dropna().astype(str))
-                        if "point_estimate" in df else set())  # fmt: skip
-    out["has_mode"] = bool("g1_mode" in df and df["g1_mode"].notna().any())
+    n_of = {s: int((status == s).sum()) for s in ("ok", "failed", "incomplete", "corrupt")}
     ok = (status == "ok").to_numpy()
     truth = np.isfinite(df[["g1_true", "g2_true"]].to_numpy(float)).all(1)
     has_mean = np.isfinite(df[["g1_mean", "g2_mean"]].to_numpy(float)).all(1)
-    out["empty"], out["present"] = {}, {}
+    empty, present_in = [], []
     for p in POINT_ESTIMATES:
         cols = [f"g1_{p}", f"g2_{p}"]
         if not all(c in df.columns for c in cols):
-            out["empty"][p], out["present"][p] = None, set()
+            empty.append(0)
+            present_in.append(frozenset())
             continue
         fin = np.isfinite(df[cols].to_numpy(float)).all(1)
-        out["empty"][p] = int((ok & conv.to_numpy() & has_mean & ~fin).sum())
+        empty.append(int((ok & conv.to_numpy() & has_mean & ~fin).sum()))
         keep = ok & conv.to_numpy() & truth & fin
-        out["present"][p] = set(present(df[keep])) if keep.any() else set()
-    out["bad_truth"] = {}
+        present_in.append(frozenset(present(df[keep])) if keep.any() else frozenset())
+    bad_truth = []
     for c in ("g1_true", "g2_true"):
         bad = ok & ~np.isfinite(pd_numeric(df[c]))
-        out["bad_truth"][c] = (int(bad.sum()), df["run_id"][bad].iloc[0] if bad.any() else None)
-    return out
+        bad_truth.append(BadTruth(int(bad.sum()),
+                                  str(df["run_id"][bad].iloc[0]) if bad.any() else None))  # fmt: skip
+    return PartScan(
+        columns=columns, failures=Counts.of(failures), worst=(worst,),
+        n_unplanned=sc.n_unplanned, n_planned=sc.n_planned, n_complete=sc.n_complete,
+        unfinished=sc.unfinished, n_ok=n_of["ok"], n_failed=n_of["failed"],
+        n_incomplete=n_of["incomplete"], n_corrupt=n_of["corrupt"],
+        estimates=(frozenset(df["point_estimate"].dropna().astype(str))
+                   if "point_estimate" in df else frozenset()),
+        has_mode=bool("g1_mode" in df and df["g1_mode"].notna().any()),
+        n_empty=PerPoint(*empty), present=PerPoint(*present_in), bad_truth=PerComp(*bad_truth),
+    )  # fmt: skip
 
 
-def merge_scope(scans: list[dict[str, Any]], include_unplanned: bool = False) -> dict[str, Any]:
+def merge_scope(scan: PartScan, include_unplanned: bool = False) -> Scope:
     """:func:`~shearbatch.analysis.scope.scope`'s report of the whole table."""
-    n_unplanned = sum(s["n_unplanned"] for s in scans)
-    n_planned = sum(s["n_planned"] for s in scans)
-    n_complete = sum(s["n_complete"] for s in scans)
-    unfinished = any(s["unfinished"] for s in scans)
+    n_unplanned, n_planned, n_complete = scan.n_unplanned, scan.n_planned, scan.n_complete
+    unfinished = scan.unfinished
     message = (f"unfinished: {n_complete} of {n_planned} planned realizations complete"
                if unfinished else "")  # fmt: skip
-    return {"n_unplanned": n_unplanned,
-            "unplanned_dropped": n_unplanned if not include_unplanned else 0,
-            "n_planned": n_planned, "n_complete": n_complete, "unfinished": unfinished,
-            "message": message}  # fmt: skip
+    return Scope(n_unplanned=n_unplanned,
+                 unplanned_dropped=n_unplanned if not include_unplanned else 0,
+                 n_planned=n_planned, n_complete=n_complete, unfinished=unfinished,
+                 message=message)  # fmt: skip
 
 
-def _merged_point(scans: list[dict[str, Any]], point: str) -> str:
-    """:func:`choose_point` of the whole table from its parts' scans."""
+def _merged_point(scan: PartScan, point: str) -> str:
+    """The point estimate of the whole table (``auto``: the mode for a MAP campaign with
+    modes, the mean otherwise), its columns checked."""
     if point == "auto":
-        est = set().union(*(s["estimates"] for s in scans))
-        has_mode = any(s["has_mode"] for s in scans)
-        point = "mode" if est == {"mode"} and has_mode else "mean"
+        point = "mode" if scan.estimates == {"mode"} and scan.has_mode else "mean"
     cols = [f"g1_{point}", f"g2_{point}"]
-    header = scans[0]["columns"] if scans else []
+    header = scan.columns or ()
     missing = [c for c in cols if c not in header]
     old = " (convergence.json without a mode: an older bias-run)" if point == "mode" else ""
     if missing:
         raise ValueError(f"point estimate {point}: missing columns: {', '.join(missing)}; "
                          "re-run bias-extract or use --point mean")  # fmt: skip
-    empty = sum(s["empty"][point] or 0 for s in scans)
+    empty = getattr(scan.n_empty, point)
     if empty:
         raise ValueError(f"point estimate {point}: {', '.join(cols)} empty in {empty} "
                          f"converged row(s){old}; use --point mean or median")  # fmt: skip
     return point
 
 
-def _merged_truth_check(scans: list[dict[str, Any]]) -> None:
-    """:func:`check_truths` of the whole table from its parts' scans."""
-    for c in ("g1_true", "g2_true"):
-        n = sum(s["bad_truth"][c][0] for s in scans)
-        if n:
-            first = next(s["bad_truth"][c][1] for s in scans if s["bad_truth"][c][0])
-            raise ValueError(f"{c}: not a finite number in {n} ok row(s) (e.g. {first}); "
-                             "re-run bias-extract")  # fmt: skip
+def _merged_truth_check(scan: PartScan) -> None:
+    """``ValueError`` when an ``ok`` row of the whole table has a non-finite truth."""
+    for c, bad in zip(("g1_true", "g2_true"), scan.bad_truth, strict=True):
+        if bad.n:
+            raise ValueError(f"{c}: not a finite number in {bad.n} ok row(s) (e.g. "
+                             f"{bad.first}); re-run bias-extract")  # fmt: skip
 
 
 def _seed_hash(seeds: np.ndarray) -> np.ndarray:
@@ -559,7 +570,7 @@ def measure_part(
     pooled_rows: bool = False,
     sample: float = 1.0,
     keep_usable: bool = False,
-) -> dict[str, Any]:
+) -> PartSums:
     """Pass 2 over a part holding whole seeds: its usable rows (:func:`usable_rows`), the
     per-seed sums of every estimator (:mod:`shearbatch.analysis.stats`: regression, paired
     and constant-truth, each component), the coverage and rank counts, the design,
@@ -571,81 +582,68 @@ def measure_part(
 
     df, _ = scope(prepare_table(df), include_unplanned)
     use, excl = usable_rows(df, point)
+    n_used = len(use)
     seeds_all = use["seed"].astype(str).to_numpy()
-    out: dict[str, Any] = {"n_used": len(use), "excluded": excl,
-                           "n_seeds": len(np.unique(seeds_all)),
-                           "usable": use if keep_usable else None}  # fmt: skip
-    out["has_pairs"] = bool(len(use)) and "pair_id" in use.columns and \
+    pairs_here = bool(len(use)) and "pair_id" in use.columns and \
         "pair_sign" in use.columns and has_pairs(use["pair_id"].to_numpy(object),
                                                  use["pair_sign"].to_numpy(float))  # fmt: skip
     ring, incomplete = complete_rings(use)
-    out["incomplete"] = incomplete
     rows = use[ring].reset_index(drop=True)
     groups = rows["seed"].astype(str).to_numpy()
     pairs = None
     if len(rows) and "pair_id" in rows.columns and "pair_sign" in rows.columns:
         pairs = pair_table(rows["pair_id"].to_numpy(object), rows["pair_sign"].to_numpy(float))
-    fit: dict[str, Any] = {}
+    fit = []
     for comp in ("g1", "g2"):
         t = rows[f"{comp}_true"].to_numpy(float)
         h = rows[f"{comp}_{point}"].to_numpy(float)
         s = _col(rows, f"{comp}_std")
-        f: dict[str, Any] = {"n": len(t), "range": (t.min(), t.max(), t[0]) if len(t) else None}
-        for kind, terms in (("regression", stats.regression_terms),
-                            ("offset", stats.offset_terms)):  # fmt: skip
-            try:
-                f[kind] = stats.group_sums(terms(t, h, s, weights), groups)
-            except ValueError as err:
-                f[kind] = err
+        reg = SeedSums.of(lambda t=t, h=h, s=s: stats.regression_terms(t, h, s, weights), groups)
+        off = SeedSums.of(lambda t=t, h=h, s=s: stats.offset_terms(t, h, s, weights), groups)
+        paired, n_pairs, flipped = None, 0, True
         if pairs is not None:
             ip, im = pairs
-            f["n_pairs"] = len(ip)
-            f["flipped"] = bool(np.all(t[ip] > 0) and np.allclose(t[ip], -t[im]))
-            try:
-                f["paired"] = stats.group_sums(stats.paired_terms(
-                    t[ip], h[ip], h[im], None if s is None else s[ip],
-                    None if s is None else s[im], weights), groups[ip])  # fmt: skip
-            except ValueError as err:
-                f["paired"] = err
-        fit[comp] = f
-    out["fit"] = fit
-    out["cov"] = {}
+            n_pairs = len(ip)
+            flipped = bool(np.all(t[ip] > 0) and np.allclose(t[ip], -t[im]))
+            paired = SeedSums.of(lambda t=t, h=h, s=s, ip=ip, im=im: stats.paired_terms(
+                t[ip], h[ip], h[im], None if s is None else s[ip],
+                None if s is None else s[im], weights), groups[ip])  # fmt: skip
+        fit.append(CompSums(len(t), (t.min(), t.max(), t[0]) if len(t) else None, reg, off,
+                            paired, n_pairs, flipped))  # fmt: skip
+    cov = []
     for comp in ("g1", "g2"):
-        for lev, (lo, hi) in COVERAGE_LEVELS.items():
+        levels: list[IntervalCount | None] = []
+        for lo, hi in COVERAGE_LEVELS.values():
             if f"{comp}_{lo}" not in use.columns or f"{comp}_{hi}" not in use.columns:
-                out["cov"][(comp, lev)] = None
+                levels.append(None)
                 continue
             t, a, b = (use[f"{comp}_{x}"].to_numpy(float) for x in ("true", lo, hi))
             finite = bool(np.all(np.isfinite(a)) and np.all(np.isfinite(b)))
-            out["cov"][(comp, lev)] = (len(t), finite, bool(np.all(b > a)),
-                                       int(((a <= t) & (t <= b)).sum()))  # fmt: skip
-    out["prior_flag"] = "truth_from_prior" in use.columns and bool(
+            levels.append(IntervalCount(len(t), finite, bool(np.all(b > a)),
+                                        int(((a <= t) & (t <= b)).sum())))  # fmt: skip
+        cov.append(tuple(levels))
+    prior_flag = "truth_from_prior" in use.columns and bool(
         use["truth_from_prior"].astype(str).str.lower().eq("true").all())  # fmt: skip
-    out["ranks"] = {}
+    ranks: list[RankCounts | None] = []
     for comp in ("g1", "g2"):
         if f"rank_{comp}" not in use.columns:
-            out["ranks"][comp] = None
+            ranks.append(None)
             continue
         r = use[f"rank_{comp}"].to_numpy(float)
         fin = np.isfinite(r)
         vals, counts = np.unique(r[fin], return_counts=True)
-        out["ranks"][comp] = (vals, counts, len(np.unique(seeds_all[fin])))
+        ranks.append(RankCounts(vals, counts, len(np.unique(seeds_all[fin]))))
     nrot = use["n_rotations"].to_numpy(float) if "n_rotations" in use.columns else np.array([])
     nrot = nrot[np.isfinite(nrot)]
-    out["rotations"] = int(nrot.max()) if nrot.size else 1
-    out["design_pairs"] = "pair_sign" in use.columns and bool(use["pair_sign"].isin([1, -1]).any())
-    out["warnings"] = warning_counts(use)
-    out["shrinkage"] = {}
+    shrinkage = []
     for c in ("g1", "g2"):
         col = f"prior_shrinkage_{c}"
         v = use[col].to_numpy(float) if col in use else np.array([])
-        out["shrinkage"][c] = v[np.isfinite(v)]
-    out["estimates"] = (set(use["point_estimate"].dropna().astype(str))
-                        if "point_estimate" in use else None)  # fmt: skip
+        shrinkage.append(v[np.isfinite(v)])
+    estimates = (frozenset(use["point_estimate"].dropna().astype(str))
+                 if "point_estimate" in use else None)  # fmt: skip
     snr = use["snr"].to_numpy(float) if "snr" in use else None
-    out["snr"] = None if snr is None else snr[np.isfinite(snr)]
-    out["method"] = str(use["method"].iloc[0]) if "method" in use.columns and len(use) else None
-    out["compare"] = compare_part(use, point, names) if names else None
+    pooled = ()
     if pooled_rows:
         from .pooled import FIT_COLUMNS
 
@@ -654,15 +652,29 @@ def measure_part(
         if pairs is not None:
             keep[np.concatenate([pairs[0], pairs[1]])] = True
         pr["_in_pair"] = keep
-        out["pooled_rows"] = pr.drop(columns=[c for c in ("pair_id", "pair_sign") if c in pr])
+        pooled = (pr.drop(columns=[c for c in ("pair_id", "pair_sign") if c in pr]),)
     cols = [c for comp in ("g1", "g2") for c in (f"{comp}_true", f"{comp}_{point}",
                                                   f"{comp}_mode", f"{comp}_std")
             if c in use.columns]  # fmt: skip
     cols = list(dict.fromkeys([*cols, "seed"]))
     pick = _seed_hash(seeds_all) < sample if sample < 1.0 else np.ones(len(use), dtype=bool)
-    out["sample"] = use.loc[pick, cols].reset_index(drop=True)
-    out["stamp_runs"] = _distinct_seed_runs(use, 3)
-    return out
+    return PartSums(
+        n_used=n_used, n_seeds=len(np.unique(seeds_all)), excluded=Counts.of(excl),
+        usable=use if keep_usable else None, has_pairs=pairs_here, incomplete=incomplete,
+        fits=PerComp(*fit), coverage=PerComp(*cov),
+        # a part without usable rows leaves the flags and the notes' inputs to the others
+        prior_flag=prior_flag or not n_used, ranks=PerComp(*ranks),
+        rotations=int(nrot.max()) if nrot.size else 1,
+        design_pairs="pair_sign" in use.columns and bool(use["pair_sign"].isin([1, -1]).any()),
+        warnings=Counts.of(warning_counts(use)), shrinkage=PerComp(*shrinkage),
+        estimates=(estimates or frozenset()) if n_used else frozenset(),
+        noise_inputs=not n_used or (estimates is not None and snr is not None),
+        snr=snr[np.isfinite(snr)] if n_used and snr is not None else np.zeros(0),
+        method=str(use["method"].iloc[0]) if "method" in use.columns and len(use) else None,
+        compare=compare_part(use, point, names) if names else None, pooled_rows=pooled,
+        sample=(use.loc[pick, cols].reset_index(drop=True),),
+        stamp_runs=tuple(_distinct_seed_runs(use, 3)),
+    )  # fmt: skip
 
 
 def _distinct_seed_runs(use: Any, k: int) -> list[str]:
@@ -676,36 +688,33 @@ def _distinct_seed_runs(use: Any, k: int) -> list[str]:
     return out
 
 
-def _merged_excluded(meas: list[dict[str, Any]]) -> dict[str, int]:
+def _merged_excluded(total: PartSums) -> dict[str, int]:
     """:func:`usable_rows`' exclusion counts of the whole table, in its order."""
-    tot: dict[str, int] = {}
-    for m in meas:
-        for k, v in m["excluded"].items():
-            tot[k] = tot.get(k, 0) + v
     fixed = ("did not pass convergence", "non-finite truth or estimate")
-    keys = (sorted(k for k in tot if k.startswith("status ")) + [k for k in fixed if k in tot]
-            + sorted(k for k in tot if k.startswith("flag ")))  # fmt: skip
-    return {k: tot[k] for k in keys if tot[k]}
+    labels = total.excluded.labels()
+    keys = (sorted(k for k in labels if k.startswith("status ")) + [k for k in fixed if k in labels]
+            + sorted(k for k in labels if k.startswith("flag ")))  # fmt: skip
+    return {k: total.excluded.get(k) for k in keys if total.excluded.get(k)}
 
 
 def _merged_fits(
-    meas: list[dict[str, Any]],
+    total: PartSums,
+    held: list[tuple[Any, ...]],
     estimator: str,
     weights: str,
     n_boot: int,
     seed: int,
     population: Any,
 ) -> tuple[dict[str, Fit], str, dict[str, Any] | None]:
-    """:func:`fit_bias` of the whole table from its parts' per-seed sums."""
-    estimates = set().union(*(m["estimates"] or set() for m in meas if m["n_used"]))
-    if population is not None and estimates == {"population"}:
+    """The fits of the whole table from its parts' per-seed sums, or the pooled population
+    fit of an interim-model campaign's rows (``held``: the parts' rows, handed over)."""
+    if population is not None and total.estimates == {"population"}:
         import pandas as pd
 
         from .pooled import pooled_fits
         from .streamed import PartialSource, streamed_fits
 
-        # each part's rows handed over (not kept twice while the fit streams)
-        rows = pd.concat([m.pop("pooled_rows") for m in meas], ignore_index=True)
+        rows = pd.concat(held.pop(), ignore_index=True)
         if estimator == "paired":
             rows = rows[rows["_in_pair"].to_numpy(bool)].reset_index(drop=True)
         rows = rows.drop(columns="_in_pair")
@@ -716,94 +725,64 @@ def _merged_fits(
             raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
                              f"{M_UNDEFINED}")  # fmt: skip
         return fits, est, pooled
+    held.clear()
     kw = {"weights": weights, "n_boot": n_boot, "seed": seed}
     fits = {}
     for comp in ("g1", "g2"):
-        parts = [m["fit"][comp] for m in meas]
-        n = sum(p["n"] for p in parts)
-        ranges = [p["range"] for p in parts if p["range"] is not None]
-        if not ranges:
+        cs: CompSums = getattr(total.fits, comp)
+        if cs.range is None:
             raise ValueError("no complete rings among the usable rows (a copy of every "
                              "seed's grid point is missing): nothing to fit")  # fmt: skip
-        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
-        first = ranges[0][2]
-
-        def sums(kind: str, p: int, parts: list[dict[str, Any]] = parts) -> np.ndarray:
-            got = [q[kind] for q in parts if kind in q]
-            bad = next((g for g in got if isinstance(g, Exception)), None)
-            if bad is not None:
-                raise bad
-            return stats.merge_group_sums(got, p)[1]
-
+        lo, hi, first = cs.range
         if hi - lo <= 1e-12:
             why = f"{comp}_true is constant ({first:g}) over the campaign: slope undefined"
-            fits[comp] = stats.offset_from_sums(sums("offset", 2), n, reason=why, **kw)
+            fits[comp] = stats.offset_from_sums(cs.offset.total(2), cs.n, reason=why, **kw)
             continue
         if estimator == "paired":
-            with_pairs = [p for p in parts if "n_pairs" in p]
-            if with_pairs and all(p["flipped"] for p in with_pairs):
-                n_pairs = sum(p["n_pairs"] for p in with_pairs)
-                fits[comp] = stats.paired_from_sums(sums("paired", 4), n_pairs, **kw)
+            if cs.paired is not None and cs.flipped:
+                fits[comp] = stats.paired_from_sums(cs.paired.total(4), cs.n_pairs, **kw)
                 continue
             logger.info("%s: truth not flipped within pairs; using the grid regression", comp)
-        fits[comp] = stats.regression_from_sums(sums("regression", 5), n, **kw)
+        fits[comp] = stats.regression_from_sums(cs.regression.total(5), cs.n, **kw)
     if all(f.m is None for f in fits.values()):
         raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
                          f"{M_UNDEFINED}")  # fmt: skip
     return fits, estimator, None
 
 
-def _merged_coverage(meas: list[dict[str, Any]], acc: dict[str, Any], n_seeds: int) -> dict:
-    """:func:`measure_coverage` of the whole table from its parts' counts."""
+def _merged_coverage(total: PartSums, acc: dict[str, Any], n_seeds: int) -> dict:
+    """The coverage section of the whole table from its parts' counts."""
     cov: dict[str, Any] = {}
     for comp in ("g1", "g2"):
         cov[comp] = {}
-        for lev in COVERAGE_LEVELS:
-            got = [m["cov"][(comp, lev)] for m in meas]
-            if any(g is None for g in got):
+        for lev, got in zip(COVERAGE_LEVELS, getattr(total.coverage, comp), strict=True):
+            if got is None:
                 cov[comp][lev] = {"skipped": "posterior quantile columns missing"}
-                continue
-            n = sum(g[0] for g in got)
-            if n == 0:
+            elif got.n == 0:
                 cov[comp][lev] = {"skipped": "no rows"}
-            elif not all(g[1] for g in got if g[0]):
+            elif not got.finite:
                 cov[comp][lev] = {"skipped": "posterior quantiles missing"}
-            elif not all(g[2] for g in got if g[0]):
+            elif not got.ordered:
                 cov[comp][lev] = {"skipped": "zero-width posterior intervals (point estimates)"}
             else:
                 cov[comp][lev] = stats.coverage_counts(
-                    n, sum(g[3] for g in got), n_seeds, float(lev), acc["coverage_z"],
+                    got.n, got.inside, n_seeds, float(lev), acc["coverage_z"],
                     int(acc["min_seeds"]))  # fmt: skip
     return cov
 
 
-def merged_ranks(
-    meas: list[dict[str, Any]], comp: str
-) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """A component's distinct finite ranks, their counts and the seeds they come from, over
-    the parts (None when the table has no rank column)."""
-    got = [m["ranks"][comp] for m in meas]
-    if any(g is None for g in got):
-        return None
-    vals = np.concatenate([g[0] for g in got]) if got else np.zeros(0)
-    counts = np.concatenate([g[1] for g in got]) if got else np.zeros(0, dtype=int)
-    uniq, inv = np.unique(vals, return_inverse=True)
-    return uniq, np.bincount(inv, weights=counts, minlength=len(uniq)).astype(np.int64), sum(
-        g[2] for g in got)  # fmt: skip
-
-
-def _merged_sbc(meas: list[dict[str, Any]], sbc_mode: str, min_seeds: int) -> dict[str, Any]:
-    """:func:`calibrate` of the whole table from its parts' rank counts."""
-    prior = all(m["prior_flag"] for m in meas if m["n_used"])
-    if sbc_mode == "on" or (sbc_mode == "auto" and prior):
+def _merged_sbc(total: PartSums, sbc_mode: str, min_seeds: int) -> dict[str, Any]:
+    """The SBC section of the whole table from its parts' rank counts (run when the truths
+    were drawn from the inference prior, or forced)."""
+    if sbc_mode == "on" or (sbc_mode == "auto" and total.prior_flag):
         out = {}
         for c in ("g1", "g2"):
-            got = merged_ranks(meas, c)
+            got: RankCounts | None = getattr(total.ranks, c)
             if got is None:
                 out[c] = {"skipped": f"rank_{c} column missing"}
                 continue
-            vals, counts, n_seeds = got
-            out[c] = stats.sbc(np.repeat(vals, counts), min_seeds=min_seeds, n_seeds=n_seeds)
+            out[c] = stats.sbc(np.repeat(got.values, got.counts), min_seeds=min_seeds,
+                               n_seeds=got.n_seeds)  # fmt: skip
         return out
     if sbc_mode == "off":
         return {"skipped": "disabled (--no-sbc)"}
@@ -811,20 +790,17 @@ def _merged_sbc(meas: list[dict[str, Any]], sbc_mode: str, min_seeds: int) -> di
                        "use --sbc to force"}  # fmt: skip
 
 
-def _merged_warnings(meas: list[dict[str, Any]]) -> dict[str, int]:
+def _merged_warnings(total: PartSums) -> dict[str, int]:
     from ..core import flags as fl
 
-    tot: dict[str, int] = {}
-    for m in meas:
-        for k, v in m["warnings"].items():
-            tot[k] = tot.get(k, 0) + v
-    return {n: tot[n] for n in fl.names(fl.WARNINGS) if tot.get(n)}
+    return {n: total.warnings.get(n) for n in fl.names(fl.WARNINGS) if total.warnings.get(n)}
 
 
-def _merged_prior(meas: list[dict[str, Any]]) -> dict[str, Any]:
-    """:func:`prior_report` of the whole table."""
+def _merged_prior(total: PartSums) -> dict[str, Any]:
+    """The prior section of the whole table: each component's and the campaign's prior
+    shrinkage pull, and whether the prior dominated."""
     out: dict[str, Any] = {"threshold": PRIOR_PULL_MAX}
-    pulls = {c: np.concatenate([m["shrinkage"][c] for m in meas]) for c in ("g1", "g2")}
+    pulls = {"g1": total.shrinkage.g1, "g2": total.shrinkage.g2}
     for c in ("g1", "g2"):
         out[f"shrinkage_{c}"] = campaign_pull({c: pulls[c]})
     pull = campaign_pull(pulls)
@@ -832,26 +808,21 @@ def _merged_prior(meas: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _merged_noise(meas: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _merged_noise(total: PartSums) -> dict[str, Any] | None:
     """:func:`noise_bias_note` of the whole table (its median S/N and estimates)."""
-    used = [m for m in meas if m["n_used"]]
-    if not used or any(m["estimates"] is None or m["snr"] is None for m in used):
+    if not total.n_used or not total.noise_inputs:
         return None
-    est = set().union(*(m["estimates"] for m in used))
-    return noise_note(est, np.concatenate([m["snr"] for m in used]))
+    return noise_note(set(total.estimates), total.snr)
 
 
-def _digest(scans: list[dict[str, Any]], meas: list[dict[str, Any]], n_used: int) -> TableDigest:
+def _digest(scan: PartScan, total: PartSums) -> TableDigest:
     import pandas as pd
 
     from .plots import merge_worst
 
-    fails: dict[str, int] = {}
-    for s in scans:
-        for k, v in s["failures"].items():
-            fails[k] = fails.get(k, 0) + v
-    ranks = {c: r for c in ("g1", "g2") if (r := merged_ranks(meas, c)) is not None}
-    sample = pd.concat([m["sample"] for m in meas], ignore_index=True)
-    stamps = [r for m in meas for r in m["stamp_runs"]][:3]
-    return TableDigest(dict(sorted(fails.items())), merge_worst([s["worst"] for s in scans], 3),
-                       ranks, sample, n_used, stamps)  # fmt: skip
+    fails = {k: scan.failures.get(k) for k in sorted(scan.failures.labels())}
+    ranks = {c: (r.values, r.counts, r.n_seeds) for c in ("g1", "g2")
+             if (r := getattr(total.ranks, c)) is not None}  # fmt: skip
+    sample = pd.concat(list(total.sample), ignore_index=True)
+    return TableDigest(fails, merge_worst(list(scan.worst), 3), ranks, sample, total.n_used,
+                       list(total.stamp_runs))  # fmt: skip

@@ -40,16 +40,25 @@ estimator's CPU seconds per galaxy on one worker core.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 import numpy as np
 
 from .. import estimators as est
-from .stats import Fit, complete_rings, group_sums, merge_group_sums
+from .stats import Fit, SeedSums, complete_rings, group_sums
 from .verdict import criteria, overall
 
-__all__ = ["compare_estimators", "compare_merge", "compare_part", "fit_response", "present"]
+__all__ = [
+    "EstimatorSums",
+    "HostSums",
+    "compare_estimators",
+    "compare_merge",
+    "compare_part",
+    "fit_response",
+    "present",
+]
 
 
 def present(df: Any) -> list[str]:
@@ -152,12 +161,57 @@ def compare_estimators(use: Any, point: str, acc: dict[str, Any], frac: float,
     """The ``estimators`` section of ``bias_results.json`` (module docstring) for the
     usable rows ``use`` (the forward model's point estimate ``g<k>_<point>``), or None
     when no host estimator ran."""
-    names = present(use)
-    part = compare_part(use, point, names)
-    return None if part is None else compare_merge([part], acc, frac, method)
+    return compare_merge(compare_part(use, point, present(use)), acc, frac, method)
 
 
-def compare_part(use: Any, point: str, names: list[str]) -> dict[str, Any] | None:
+@dataclasses.dataclass(frozen=True, eq=False)
+class HostSums:
+    """One estimator's inputs over rows holding whole seeds: per component (1, 2) the
+    per-seed sums of the moment equations (``slope``, 5 terms) and of the constant-truth
+    offset (``offset``, 2 terms), the sum and count of its finite per-galaxy costs, and
+    (a host estimator) its flagged galaxies."""
+
+    name: str | None
+    """None: the forward model."""
+    slope: tuple[SeedSums, SeedSums]
+    offset: tuple[SeedSums, SeedSums]
+    cost: float
+    n_cost: int
+    n_flagged: float
+
+    def merge(self, other: HostSums) -> HostSums:
+        return HostSums(self.name,
+                        tuple(a.merge(b) for a, b in zip(self.slope, other.slope, strict=True)),
+                        tuple(a.merge(b) for a, b in zip(self.offset, other.offset, strict=True)),
+                        self.cost + other.cost, self.n_cost + other.n_cost,
+                        self.n_flagged + other.n_flagged)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EstimatorSums:
+    """What :func:`compare_merge` needs of usable rows holding whole seeds
+    (:func:`compare_part`); :meth:`merge` of parts sharing no seed, in part order."""
+
+    n: int
+    n_seeds: int
+    col: str
+    """The forward model's point estimate column (``g<k>_<col>``)."""
+    truth: tuple[tuple[float, float, float] | None, tuple[float, float, float] | None]
+    """Per component, ``(min, max, first)`` of the truths (None: no row)."""
+    estimators: tuple[HostSums, ...]
+    """The forward model, then the host estimators."""
+
+    def merge(self, other: EstimatorSums) -> EstimatorSums:
+        from .parts import _range
+
+        return EstimatorSums(self.n + other.n, self.n_seeds + other.n_seeds, self.col,
+                             tuple(_range(a, b) for a, b in zip(self.truth, other.truth,
+                                                                strict=True)),
+                             tuple(a.merge(b) for a, b in zip(self.estimators,
+                                                              other.estimators, strict=True)))  # fmt: skip
+
+
+def compare_part(use: Any, point: str, names: list[str]) -> EstimatorSums | None:
     """What :func:`compare_merge` needs of usable rows ``use`` holding whole seeds: per
     estimator and component the per-seed sums of the moment equations, the truths' range,
     the costs' sums (``names``: the host estimators present in the whole table)."""
@@ -180,56 +234,58 @@ def compare_part(use: Any, point: str, names: list[str]) -> dict[str, Any] | Non
     for n in names:
         data[n] = {c: (rows[f"{n}_e{c}"].to_numpy(float),
                        ring_mean(rows[f"{n}_r{c}{c}"].to_numpy(float), rings)) for c in "12"}  # fmt: skip
-    out: dict[str, Any] = {"n": len(rows), "n_seeds": len(set(groups)), "col": col,
-                           "truth": {}, "sums": {}, "cost": {}, "n_flagged": {}}  # fmt: skip
+    truth = []
     for c in "12":
         g = rows[f"g{c}_true"].to_numpy(float)
-        out["truth"][c] = (g.min(), g.max(), g[0]) if len(g) else None
-        for name, comps in data.items():
+        truth.append((g.min(), g.max(), g[0]) if len(g) else None)
+    hosts = []
+    for name, comps in data.items():
+        slopes, offsets = [], []
+        for c in "12":
+            g = rows[f"g{c}_true"].to_numpy(float)
             e, r = comps[c]
             g0 = float(g[0]) if len(g) else 0.0
-            slope = group_sums(np.stack([r * g * g, r * g, r, e * g, e], axis=1), groups)
-            off = group_sums(np.stack([e - r * g0, r], axis=1), groups)
-            out["sums"][(name, c)] = (slope, off)
-    for name in data:
+            slopes.append(SeedSums(*group_sums(np.stack([r * g * g, r * g, r, e * g, e], axis=1),
+                                               groups)))  # fmt: skip
+            offsets.append(SeedSums(*group_sums(np.stack([e - r * g0, r], axis=1), groups)))
         if name is None:
             cost = rows["runtime_s"].to_numpy(float) if "runtime_s" in rows else \
                 np.full(len(rows), np.nan)  # fmt: skip
+            flagged = 0.0
         else:
             cost = rows[f"{name}_cost_s"].to_numpy(float)
-            out["n_flagged"][name] = float(np.nansum(rows[f"{name}_n_flagged"].to_numpy(float)))
+            flagged = float(np.nansum(rows[f"{name}_n_flagged"].to_numpy(float)))
         per = cost / n_gal
         fin = ~np.isnan(per)
-        out["cost"][name] = (float(per[fin].sum()), int(fin.sum()))
-    return out
+        hosts.append(HostSums(name, tuple(slopes), tuple(offsets), float(per[fin].sum()),
+                              int(fin.sum()), flagged))  # fmt: skip
+    return EstimatorSums(len(rows), len(set(groups)), col, tuple(truth), tuple(hosts))
 
 
-def compare_merge(parts: list[dict[str, Any]], acc: dict[str, Any], frac: float,
+def compare_merge(sums: EstimatorSums | None, acc: dict[str, Any], frac: float,
                   method: str) -> dict[str, Any] | None:  # fmt: skip
-    """The ``estimators`` section from :func:`compare_part` of parts sharing no seed."""
-    parts = [p for p in parts if p is not None]
-    if not parts:
+    """The ``estimators`` section from :func:`compare_part`'s sums (of the whole table, or
+    of its parts sharing no seed merged), None when no host estimator ran."""
+    if sums is None:
         return None
-    n = sum(p["n"] for p in parts)
-    names = [k for k in parts[0]["cost"] if k is not None]
-    col = parts[0]["col"]
-    out: dict[str, Any] = {"n_used": n, "n_seeds": sum(p["n_seeds"] for p in parts),
+    n = sums.n
+    out: dict[str, Any] = {"n_used": n, "n_seeds": sums.n_seeds,
                            "fit": "e = (1 + m) R g + c R, moment equations with instruments "
                                   "(g, 1) over the realizations (R: the ring's mean "
                                   "response); errors: delete-one-seed jackknife",
-                           "forward_model": method, "point_estimate": col,
+                           "forward_model": method, "point_estimate": sums.col,
                            "results": {}, "differences": {}}  # fmt: skip
+    names = [h.name for h in sums.estimators if h.name is not None]
     reps_of: dict[str, dict[str, np.ndarray]] = {}
-    for key in (None, *names):
+    for host in sums.estimators:
+        key = host.name
         name = method if key is None else key
         fits, entry, reps_of[name] = {}, {}, {}
-        for c in "12":
-            truths = [p["truth"][c] for p in parts if p["truth"][c] is not None]
-            slope = bool(truths) and (max(t[1] for t in truths) - min(t[0] for t in truths)
-                                      > 1e-12)  # fmt: skip
-            which = 0 if slope else 1
-            _, per = merge_group_sums([p["sums"][(key, c)][which] for p in parts],
-                                      5 if slope else 2)  # fmt: skip
+        for i, c in enumerate("12"):
+            truth = sums.truth[i]
+            slope = truth is not None and bool(truth[1] - truth[0] > 1e-12)
+            got = host.slope[i] if slope else host.offset[i]
+            per = got.total(5 if slope else 2)
             theta, reps = _jack(per.sum(axis=0), per, _slope_fn if slope else _offset_fn)
             f = _fit(theta, reps, slope, n, f"g{c}")
             fits[f"g{c}"], reps_of[name][c] = f, reps
@@ -241,8 +297,8 @@ def compare_merge(parts: list[dict[str, Any]], acc: dict[str, Any], frac: float,
             entry["cost"] = {"what": "device wall seconds per realization (runtime_s) / galaxies"}
         else:
             entry["cost"] = {"what": "CPU seconds of one worker core"}
-            entry["n_flagged"] = int(sum(p["n_flagged"][key] for p in parts))
-        tot, cnt = sum(p["cost"][key][0] for p in parts), sum(p["cost"][key][1] for p in parts)
+            entry["n_flagged"] = int(host.n_flagged)
+        tot, cnt = host.cost, host.n_cost
         per_gal = tot / cnt if cnt else float("nan")
         entry["cost"].update(
             s_per_galaxy=per_gal, galaxies_per_s=1.0 / per_gal if per_gal > 0 else None

@@ -325,9 +325,12 @@ class Section:
         return cls(**kw, extra=extra, keys=tuple(d))
 
     @classmethod
-    def maybe(cls, d: Mapping[str, Any] | None) -> Self | None:
-        """:meth:`from_json`, None for None (a section the file has as null)."""
-        return None if d is None else cls.from_json(d)
+    def maybe(cls, d: Mapping[str, Any] | Self | None) -> Self | None:
+        """:meth:`from_json`, None for None (a section the file has as null), a record as
+        it is."""
+        if d is None or isinstance(d, cls):
+            return d
+        return cls.from_json(d)
 
     def __getitem__(self, key: str) -> Any:
         """``section[key]``, as when the sections were mappings: deprecated (read the

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .result import Scope
+
 __all__ = ["COMPLETE", "MISSING", "scope"]
 
 #: statuses of a realization whose work is done (its inference ran)
@@ -30,9 +32,10 @@ def _false(col: Any) -> Any:
     return col.map(lambda v: v is False or str(v).strip().lower() in ("false", "0", "0.0"))
 
 
-def scope(df: Any, include_unplanned: bool = False) -> tuple[Any, dict[str, Any]]:
-    """``(rows judged, {n_unplanned, unplanned_dropped, n_planned, n_complete, unfinished,
-    message})`` of a summary table (module docstring)."""
+def scope(df: Any, include_unplanned: bool = False) -> tuple[Any, Scope]:
+    """``(rows judged, Scope(n_unplanned, unplanned_dropped, n_planned, n_complete,
+    unfinished, message))`` of a summary table (module docstring;
+    :class:`shearbatch.analysis.result.Scope`)."""
     n_unplanned = 0
     if "in_plan" in df.columns:
         out = _false(df["in_plan"]).to_numpy(bool)
@@ -45,11 +48,11 @@ def scope(df: Any, include_unplanned: bool = False) -> tuple[Any, dict[str, Any]
     unfinished = bool(status.isin(MISSING).any())
     message = (f"unfinished: {n_complete} of {n_planned} planned realizations complete"
                if unfinished else "")  # fmt: skip
-    return df, {
-        "n_unplanned": n_unplanned,
-        "unplanned_dropped": n_unplanned if not include_unplanned else 0,
-        "n_planned": n_planned,
-        "n_complete": n_complete,
-        "unfinished": unfinished,
-        "message": message,
-    }
+    return df, Scope(
+        n_unplanned=n_unplanned,
+        unplanned_dropped=n_unplanned if not include_unplanned else 0,
+        n_planned=n_planned,
+        n_complete=n_complete,
+        unfinished=unfinished,
+        message=message,
+    )

@@ -61,6 +61,7 @@ independent seeds, else they are ``inconclusive`` ("too few to test").
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -72,6 +73,7 @@ from scipy import stats as st
 __all__ = [
     "WEIGHTS",
     "Fit",
+    "SeedSums",
     "complete_rings",
     "coverage",
     "coverage_counts",
@@ -171,6 +173,50 @@ def merge_group_sums(
     out = np.zeros((len(uniq), p))
     np.add.at(out, inv, sums)
     return uniq, out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SeedSums:
+    """One estimator's per-seed sums over rows holding whole seeds (:func:`group_sums`:
+    ``labels`` sorted, ``sums`` ``(G, p)``), or why they could not be formed (``error``:
+    the ``ValueError``'s message, raised again by :meth:`total`, i.e. only when a fit needs
+    them). :meth:`merge` of parts sharing no seed is :func:`merge_group_sums` (associative:
+    the rows are copied, never added); the first error in part order wins."""
+
+    labels: np.ndarray
+    sums: np.ndarray
+    error: str | None = None
+
+    @classmethod
+    def empty(cls) -> SeedSums:
+        """No seed: the identity of :meth:`merge`."""
+        return cls(np.empty(0, dtype=object), np.zeros((0, 0)))
+
+    @classmethod
+    def of(cls, terms: Callable[[], np.ndarray], groups: np.ndarray) -> SeedSums:
+        """:func:`group_sums` of the per-row ``terms()`` (a ``ValueError`` kept as ``error``)."""
+        try:
+            return cls(*group_sums(terms(), groups))
+        except ValueError as err:
+            return cls(np.empty(0, dtype=object), np.zeros((0, 0)), str(err))
+
+    def merge(self, other: SeedSums) -> SeedSums:
+        if self.error is not None:
+            return self
+        if other.error is not None:
+            return other
+        if not len(other.labels):
+            return self
+        if not len(self.labels):
+            return other
+        return SeedSums(*merge_group_sums([(self.labels, self.sums),
+                                           (other.labels, other.sums)], self.sums.shape[1]))  # fmt: skip
+
+    def total(self, p: int) -> np.ndarray:
+        """The ``(G, p)`` per-seed sums (``ValueError`` with the kept message)."""
+        if self.error is not None:
+            raise ValueError(self.error)
+        return merge_group_sums([(self.labels, self.sums)], p)[1]
 
 
 def _group_sums(terms: np.ndarray, groups: np.ndarray) -> np.ndarray:

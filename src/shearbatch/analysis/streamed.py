@@ -23,6 +23,7 @@ per-galaxy arrays. Peak memory: one block's draws and its float64 temporaries
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -191,7 +192,7 @@ def streamed_fits(
         sums = _pass(maps, real_point, real_seed, support, trials, prior, n_seeds, threads, block)
         for i in trials:
             s = sums[i]
-            fits[i].observe(s["ll"], s["gr"], s["h"], s)
+            fits[i].observe(s.ll, s.gr, s.h, s)
     logger.info("streamed pooled fit: %d grid points, %d passes over %d partial(s)", n_pts,
                 passes, len(maps))  # fmt: skip
     g_scale = max(float(np.max(np.abs(points))), 1e-300)
@@ -200,8 +201,8 @@ def streamed_fits(
     for p, f in zip(points, fits, strict=True):
         status, num, dec = pnp.fit_status(f.stopped, f.gr, f.h)
         est[p] = f.g
-        a = f.acc
-        n_used += int(a["n_galaxies"])
+        a: PointTotals = f.acc
+        n_used += int(a.n_galaxies)
         rep.append(
             pooled.grid_point_report(
                 p,
@@ -212,14 +213,14 @@ def streamed_fits(
                 dec,
                 f.last,
                 f.steps,
-                a["n_support"],
-                a["ess_min"],
-                a["n_collapsed"],
+                a.n_support,
+                a.ess_min,
+                a.n_collapsed,
                 n_khat,
                 g_scale,
             )
         )
-        for s, g in zip(uniq, pooled.seed_replicates(f.g, a["seed_g"], a["seed_h"]),
+        for s, g in zip(uniq, pooled.seed_replicates(f.g, a.seed_g, a.seed_h),
                         strict=True):  # fmt: skip
             jk[s][p] = g
     out = pooled.assemble_fits(points, est, jk, uniq, paired, n_used)
@@ -229,15 +230,33 @@ def streamed_fits(
                  "partials": len(maps), "passes": passes}  # fmt: skip
 
 
+@dataclasses.dataclass
+class PointTotals:
+    """One grid point's totals over its galaxies at its trial g in a pass (:func:`_pass`):
+    ``ll``, ``gr``, ``h`` over the galaxies with support at the start, per seed the sums of
+    the galaxies' gradients and Hessians (those finite at g), the smallest ESS fraction,
+    the collapsed galaxies and the galaxy counts."""
+
+    ll: float
+    gr: np.ndarray
+    h: np.ndarray
+    seed_g: np.ndarray
+    seed_h: np.ndarray
+    ess_min: float = math.inf
+    n_collapsed: int = 0
+    n_support: int = 0
+    n_galaxies: int = 0
+
+    @classmethod
+    def zero(cls, n_seeds: int) -> PointTotals:
+        return cls(0.0, np.zeros(2), np.zeros((2, 2)), np.zeros((n_seeds, 2)),
+                   np.zeros((n_seeds, 2, 2)))  # fmt: skip
+
+
 def _pass(maps, real_point, real_seed, support, trials, prior, n_seeds, threads, block):
-    """One pass over the partials: per grid point in ``trials`` (index -> g) the totals of
-    its galaxies at its trial g (``ll``, ``gr``, ``h`` over the galaxies with support at
-    the start), per seed the sums of the galaxies' gradients and Hessians (those finite at
-    g), the smallest ESS fraction, the collapsed galaxies and the galaxy counts."""
-    out = {i: {"ll": 0.0, "gr": np.zeros(2), "h": np.zeros((2, 2)),
-               "seed_g": np.zeros((n_seeds, 2)), "seed_h": np.zeros((n_seeds, 2, 2)),
-               "ess_min": math.inf, "n_collapsed": 0, "n_support": 0, "n_galaxies": 0}
-           for i in trials}  # fmt: skip
+    """One pass over the partials: per grid point in ``trials`` (index -> g) its
+    :class:`PointTotals` at its trial g."""
+    out = {i: PointTotals.zero(n_seeds) for i in trials}
     # every grid point a galaxy can belong to, not only those still fitted (points stop
     # on different passes: a partial's galaxies of a stopped point are skipped)
     n_pts = max([*trials, *(int(rp.max()) for rp in real_point if len(rp))], default=0) + 1
@@ -263,17 +282,17 @@ def _pass(maps, real_point, real_seed, support, trials, prior, n_seeds, threads,
                 w = support[j][a + idx]
                 o = out[i]
                 with np.errstate(invalid="ignore"):
-                    o["ll"] += float(np.sum(np.where(w, ev.terms, 0.0)))
-                o["gr"] += ev.grad[w].sum(axis=0)
-                o["h"] += ev.hess[w].sum(axis=0)
+                    o.ll += float(np.sum(np.where(w, ev.terms, 0.0)))
+                o.gr += ev.grad[w].sum(axis=0)
+                o.h += ev.hess[w].sum(axis=0)
                 fin = np.all(np.isfinite(ev.grad), axis=1)
                 sg, sh = pooled.seed_sums(gs[idx][fin], ev.grad[fin], ev.hess[fin], n_seeds)
-                o["seed_g"] += sg
-                o["seed_h"] += sh
+                o.seed_g += sg
+                o.seed_h += sh
                 k = np.maximum(ev.n_draws, 1)
                 frac = ev.ess / k
-                o["ess_min"] = min(o["ess_min"], float(np.min(frac)))
-                o["n_collapsed"] += int(np.sum(ev.ess < pnp.COLLAPSE_FRAC * ev.n_draws))
-                o["n_support"] += int(w.sum())
-                o["n_galaxies"] += len(idx)
+                o.ess_min = min(o.ess_min, float(np.min(frac)))
+                o.n_collapsed += int(np.sum(ev.ess < pnp.COLLAPSE_FRAC * ev.n_draws))
+                o.n_support += int(w.sum())
+                o.n_galaxies += len(idx)
     return out

@@ -580,7 +580,7 @@ def _corrected(terms, p, per_draw, mean, b):
 #: the finite-draw corrections of ``log (1/K) sum_k w_k`` (``correct`` of :func:`evaluate`
 #: and :func:`fit`): ``"none"``, ``"delta"`` (:func:`correction`) and ``"halves"`` (the
 #: delta-corrected estimate extrapolated over the two halves of the draws:
-#: :func:`halves`); True means :data:`DEFAULT_CORRECTION`, False ``"none"``
+#: :func:`half_columns`); True means :data:`DEFAULT_CORRECTION`, False ``"none"``
 CORRECTIONS = ("none", "delta", "halves", "halves_plain")
 DEFAULT_CORRECTION = "halves"
 
@@ -612,7 +612,7 @@ def half_columns(n_draws: int) -> tuple[np.ndarray, np.ndarray] | None:
 def _corrected_block(g, eps, base, prior, order, correct):
     """:func:`_block` with the correction ``correct`` (:func:`correction_mode`): for
     ``"halves"``, ``2 T - (T_a + T_b) / 2`` of the delta-corrected estimates of all the
-    draws (T) and of each half (T_a, T_b), in value, gradient and Hessian (:func:`halves`)."""
+    draws (T) and of each half (T_a, T_b), in value, gradient and Hessian (:func:`half_columns`)."""
     mode = correction_mode(correct)
     delta = mode in ("delta", "halves")
     lw, fin, per_draw = _draws(g, eps, base, prior, order)
