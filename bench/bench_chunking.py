@@ -34,7 +34,7 @@ def measure(cfg: str, method: str, batch: int, chunks: list[int], repeats: int) 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.batching import chunk_width
     from shearbatch.core.compare import agreement
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 

@@ -48,7 +48,7 @@ def measure(raw: dict, b: int, chunk: int | None, repeats: int) -> dict[str, Any
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.batching import chunk_width
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
                     help="configs/<name>.yaml compared across the optimizers as shipped")  # fmt: skip
     args = ap.parse_args(argv)
     h.configure(True)
-    from shearbatch.engine import lane_chunk_for
+    from shearbatch.engine.loop import lane_chunk_for
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 

@@ -258,7 +258,7 @@ def _step_nuts(p: dict[str, Any]) -> dict[str, Any]:
 
     import bench_interim_nuts as bin_
     from shearbatch.campaign import plan_campaign
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
 
     h.configure(True)
     ns = argparse.Namespace(config=p["config"], warmup=p["warmup"], samples=p["samples"],
@@ -301,7 +301,7 @@ def _step_memory(p: dict[str, Any]) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from shearbatch.engine import build_program, lane_chunk_for
+    from shearbatch.engine.loop import build_program, lane_chunk_for
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 

@@ -18,7 +18,7 @@ and their statistics, and handing them to a ``WriterPool`` of spawned writer pro
 GPU node's kind), the pool's pickling and result callbacks included (the process's CPU
 time until the writers are done; the writers' own CPU is theirs). ``loop_cpu_ms`` is the
 submitting loop alone, ``records_only_cpu_ms`` the records without a sink. It replays
-``engine.run_campaign``'s ``finish`` step with the same calls.
+``engine.run``'s ``finish`` step with the same calls.
 
 Then the writers' scaling: the wall time per realization of handing the batch's records to
 a ``WriterPool`` of 1, 2, ... ``--writers`` spawned processes (threads for comparison) and
@@ -69,7 +69,7 @@ def stages(spec, batch: int, repeats: int, tmp: Path) -> tuple[dict[str, Any], l
     import jax
 
     from shearbatch.campaign import plan_campaign
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
     from shearbatch.io import writer as w
 
     plan = plan_campaign(GRID, n_realizations=-(-batch // len(GRID)))[:batch]
@@ -127,7 +127,7 @@ def critical(cfg, spec, batch: int, repeats: int, writers: int, tmp: Path) -> di
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.checks import chi2_program
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
     from shearbatch.io import WriterPool
 
     try:
@@ -149,7 +149,7 @@ def critical(cfg, spec, batch: int, repeats: int, writers: int, tmp: Path) -> di
         def flush(self) -> None:
             pass
 
-    def finish(sink, out: Path) -> None:  # engine.run_campaign's finish, step for step
+    def finish(sink, out: Path) -> None:  # engine.run's finish, step for step
         obs = np.asarray(prog.sim.images)
         report = {"index": 0, "size": batch, "n_real": batch}
         report.update(method.batch_report(draws, lockstep=4))

@@ -29,7 +29,7 @@ import yaml
 import _harness as h
 from shearbatch.campaign import plan_campaign
 from shearbatch.core.diagnostics import ess_bulk, ess_tail, rhat
-from shearbatch.engine import build_program
+from shearbatch.engine.loop import build_program
 from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec
 

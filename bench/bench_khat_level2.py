@@ -29,7 +29,7 @@ def measure(args: Any) -> dict[str, Any]:
     from bench_level2_rate import config, population
     from shearbatch.campaign import plan_campaign
     from shearbatch.core import population_np as pnp
-    from shearbatch.engine import batch_inputs, build_program, lane_chunk_for
+    from shearbatch.engine.loop import batch_inputs, build_program, lane_chunk_for
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 

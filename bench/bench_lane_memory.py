@@ -28,7 +28,7 @@ def program_memory(lanes: int, dtype: str, stamp: int) -> dict[str, Any]:
     import jax.numpy as jnp
 
     from shearbatch.core.batching import realization_keys
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 

@@ -58,7 +58,7 @@ def measure(a) -> Iterator[dict[str, Any]]:
     from shearbatch.core.compare import agreement
     from shearbatch.core.methods import map as map_
     from shearbatch.core.posterior import build_posterior
-    from shearbatch.engine import batch_inputs, inference_program
+    from shearbatch.engine.loop import batch_inputs, inference_program
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 

@@ -70,7 +70,7 @@ def end_to_end(args) -> dict[str, Any]:
 
 def inference_only(args) -> dict[str, Any]:
     from shearbatch.campaign import plan_campaign
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 

@@ -43,7 +43,7 @@ from shearbatch.core.generate import render_stamps
 from shearbatch.core.methods import nuts
 from shearbatch.core.model import make_model
 from shearbatch.core.posterior import build_posterior
-from shearbatch.engine import build_program
+from shearbatch.engine.loop import build_program
 from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec
 

@@ -101,7 +101,7 @@ def measure(name: str, setting: str, b: int, batches: int) -> dict[str, Any]:
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.diagnostics import ess_bulk, rhat
-    from shearbatch.engine import batch_inputs, build_program
+    from shearbatch.engine.loop import batch_inputs, build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 

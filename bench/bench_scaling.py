@@ -54,7 +54,7 @@ def measure(raw: dict, b: int, repeats: int, dense: bool = False) -> dict[str, A
 
     from shearbatch.campaign import plan_campaign
     from shearbatch.core.posterior import build_posterior
-    from shearbatch.engine import build_program
+    from shearbatch.engine.loop import build_program
     from shearbatch.schema import parse_config
     from shearbatch.spec import run_spec
 

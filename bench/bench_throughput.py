@@ -1,6 +1,6 @@
 """Campaign throughput: realizations/s of a Level 0 MAP campaign, overlapped vs serial writes.
 
-``shearbatch.engine.run_campaign`` as ``bias-run`` calls it (simulate -> batched MAP +
+``shearbatch.engine.prepare`` then ``run`` as ``bias-run`` calls them (simulate -> batched MAP +
 Laplace -> write three files per realization), in this process, float64:
 
 1. The target: ``--n`` (1024) realizations at batch ``--batch-size`` (64): the path
@@ -49,12 +49,12 @@ MODES = {"unchunked": {"overlap": False, "lane_chunk": None}, "serial": {"overla
 
 def campaign(spec, n: int, batch: int, out: Path, mode: str) -> dict[str, Any]:
     from shearbatch.campaign import plan_campaign
-    from shearbatch.engine import run_campaign
+    from shearbatch.engine import Execution, prepare, run
 
     plan = plan_campaign(GRID, n_realizations=-(-n // len(GRID)))[:n]
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    rep = run_campaign(spec, plan, output_dir=out, batch_size=batch, **MODES[mode])
+    rep = run(prepare(spec, plan, Execution(output_dir=out, batch_size=batch, **MODES[mode])))
     wall = time.perf_counter() - t0
     assert rep.n_ok == n, f"{mode}: {rep.n_ok} of {n} ok"
     first = rep.batch_times[0]
@@ -113,7 +113,7 @@ def cpu_per_realization(spec, batch: int, tmp: Path) -> dict[str, Any]:
     import jax
 
     from shearbatch.campaign import plan_campaign
-    from shearbatch.engine import build_program, lane_chunk_for
+    from shearbatch.engine.loop import build_program, lane_chunk_for
     from shearbatch.engine.records import records
     from shearbatch.io import write_record
 

@@ -53,6 +53,15 @@ def write_config(path: Path, edits: dict | None = None, base: Path = LEVEL0) -> 
 SEED_IDS = [f"g1_+{g:.4f}_g2_+0.0000_s{seed}" for g in (0.01, 0.02, 0.05) for seed in (42, 43)]
 
 
+def run_engine(spec, realizations, *, simulate_fn=None, **execution):
+    """The engine's two calls, :func:`shearbatch.engine.prepare` (the program, the lane
+    decision, the batches) then :func:`shearbatch.engine.run`, with the
+    :class:`~shearbatch.engine.Execution`'s fields as keywords: the tests' spelling."""
+    from shearbatch.engine import Execution, prepare, run
+
+    return run(prepare(spec, realizations, Execution(**execution), simulate_fn=simulate_fn))
+
+
 def count_calls(monkeypatch, module, name: str) -> list:
     """Replace ``module.name`` by a wrapper that appends 1 per call (per trace for a
     function only called while tracing); returns that list."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "ROTATIONS",
@@ -46,6 +46,7 @@ __all__ = [
     "plan_from_prior",
     "plan_single",
     "run_id_for",
+    "simulate_realizations",
 ]
 
 logger = logging.getLogger(__name__)
@@ -204,3 +205,16 @@ def make_batches(realizations: Sequence[Realization], batch_size: int) -> list[l
         raise ValueError("batch size must be >= 1")
     r = list(realizations)
     return [r[i : i + batch_size] for i in range(0, len(r), batch_size)]
+
+
+def simulate_realizations(spec: Any, batch: Sequence[Realization], store: Any = None) -> Any:
+    """The simulated stamps (a :class:`~shearbatch.core.generate.SimBatch`) of ``batch``'s
+    realizations from ``spec``'s truth: their seeds, shears, ring copies (45 degrees each)
+    and noise streams, drawn by :func:`shearbatch.core.generators.simulate`. ``store``: the
+    wrapper of the generator's program (the engine hands down its store of exported
+    programs; None: the plain jit)."""
+    from .core.generators import simulate
+
+    quarters = [4 * r.rotation // r.n_rotations for r in batch]  # ring copies (45 deg each)
+    return simulate(spec.truth, [r.seed for r in batch], [(r.g1, r.g2) for r in batch],
+                    quarters, [r.noise_stream for r in batch], store=store)  # fmt: skip

@@ -11,7 +11,7 @@ from shearbatch.campaign import plan_campaign
 from shearbatch.core import arrow
 from shearbatch.core.methods import map as map_
 from shearbatch.core.posterior import build_posterior
-from shearbatch.engine import generate
+from shearbatch.engine.loop import generate
 from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec
 from tests.core.test_multi_galaxy import LEVEL1

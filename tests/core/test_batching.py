@@ -11,7 +11,7 @@ import pytest
 from shearbatch.campaign import plan_campaign
 from shearbatch.core.batching import batched, chunk_width, default_chunk, realization_keys
 from shearbatch.core.compare import agreement
-from shearbatch.engine import generate, inference_program, lane_chunk_for
+from shearbatch.engine.loop import generate, inference_program, lane_chunk_for
 from shearbatch.schema import load_config
 from shearbatch.spec import method_spec, run_spec
 from tests.conftest import write_config

@@ -38,7 +38,7 @@ from shearbatch.core.methods import nuts
 from shearbatch.core.methods.base import Draws
 from shearbatch.core.methods.map import galaxy_log_target
 from shearbatch.core.posterior import build_posterior, galaxy_posterior
-from shearbatch.engine import generate, inference_program
+from shearbatch.engine.loop import generate, inference_program
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 from tests.conftest import OPTIMIZER_SD_TOL, write_config

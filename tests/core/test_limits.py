@@ -27,7 +27,7 @@ from shearbatch.core import limits
 from shearbatch.core.compare import agreement
 from shearbatch.core.methods import map as map_
 from shearbatch.core.posterior import build_posterior
-from shearbatch.engine import AUTO_MAX_LANES, BatchTooLarge, batch_inputs, inference_program
+from shearbatch.engine.loop import AUTO_MAX_LANES, BatchTooLarge, batch_inputs, inference_program
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 from tests.conftest import write_config
@@ -97,7 +97,7 @@ def test_the_engine_refuses_a_program_past_the_limit(monkeypatch, tmp_path):
     """plan_lanes lowers the program before compiling it and refuses one holding a tensor
     past the limit (here lowered to 1e5 elements) with one line naming --batch-size
     (a BatchTooLarge: bias-run's one-line exit 2)."""
-    from shearbatch.engine import plan_lanes
+    from shearbatch.engine.loop import plan_lanes
 
     spec = run_spec(load_config(write_config(tmp_path / "l0.yaml")))
     _, program = inference_program(spec, chunk=None)

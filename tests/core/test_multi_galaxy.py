@@ -16,7 +16,7 @@ from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.core.batching import realization_keys
 from shearbatch.core.compare import agreement
 from shearbatch.core.posterior import build_posterior
-from shearbatch.engine import generate, inference_program
+from shearbatch.engine.loop import generate, inference_program
 from shearbatch.io import find_realization_dirs, read_posterior
 from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec

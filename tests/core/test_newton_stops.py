@@ -46,7 +46,7 @@ from shearbatch.core.flags import flag
 from shearbatch.core.methods import map as map_
 from shearbatch.core.methods.base import Draws
 from shearbatch.core.posterior import build_posterior
-from shearbatch.engine import batch_inputs
+from shearbatch.engine.loop import batch_inputs
 from shearbatch.schema import parse_config
 from shearbatch.spec import run_spec
 

@@ -17,7 +17,7 @@ from shearbatch.core.generate import render_stamps
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
-from tests.conftest import count_calls, write_config
+from tests.conftest import count_calls, run_engine, write_config
 
 GRID = ["0.03", "-0.02"]
 B4_ARGS = ["--shear-grid", *GRID, "--g2-true", "0.01", "--n-realizations", "2",
@@ -191,7 +191,7 @@ def test_broken_and_hard_neighbours_do_not_affect_the_others(
 
     monkeypatch.setattr(engine, "generate", inject)
     out = module_tmp / "isolated"
-    report = engine.run_campaign(run_spec(cfg), plan, output_dir=out, batch_size=4)
+    report = run_engine(run_spec(cfg), plan, output_dir=out, batch_size=4)
     assert report.failed == [broken]
     assert "non-finite data" in read_json(out / broken / "convergence.json")["reason"]
     hard_conv = read_json(out / hard / "convergence.json")
@@ -235,7 +235,7 @@ def test_nuts_program_compiles_once_per_campaign_with_two_galaxies(
         }
     )
     plan = plan_campaign([0.01, 0.02, 0.03], n_realizations=2, base_seed=0)  # 6 = 4 + 2 padded
-    report = engine.run_campaign(run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=4)
+    report = run_engine(run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=4)
     assert len(report.batch_times) == 2 and len(traces) == 1
     post = read_posterior(module_tmp / "once" / plan[0].run_id / "posterior.nc")
     assert post["g1"].shape == (4, 20) and post["dx"].shape == (4, 20, 2)

@@ -6,7 +6,7 @@ import pytest
 
 from shearbatch.campaign import plan_campaign
 from shearbatch.core.batching import realization_keys
-from shearbatch.engine import generate, inference_program
+from shearbatch.engine.loop import generate, inference_program
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 from tests.conftest import write_config

@@ -149,7 +149,7 @@ def tiny(module_tmp, request):
     from shearbatch.core.batching import batched
     from shearbatch.core.methods import get
     from shearbatch.core.posterior import build_posterior
-    from shearbatch.engine import batch_inputs
+    from shearbatch.engine.loop import batch_inputs
     from shearbatch.spec import run_spec
 
     jax.config.update("jax_enable_x64", True)

@@ -27,10 +27,10 @@ from shearbatch.core.compare import agreement
 from shearbatch.core.methods import map as map_
 from shearbatch.core.methods.refill import refill_loop
 from shearbatch.core.posterior import build_posterior
-from shearbatch.engine import batch_inputs, inference_program
+from shearbatch.engine.loop import batch_inputs, inference_program
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
-from tests.conftest import write_config
+from tests.conftest import run_engine, write_config
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "configs").is_dir())
 LANES, B = 2, 8
@@ -215,14 +215,13 @@ def test_the_campaign_records_the_refilled_batchs_efficiency(level2, module_tmp,
     convergence.json's batch section, and logs it."""
     import json
 
-    from shearbatch.engine import loop as engine
 
     spec = level2[0]
     plan = plan_campaign([0.02], n_realizations=2, base_seed=0, paired=True,
                          shear_grid_g2=[0.0], rotations=2)  # fmt: skip
     out = module_tmp / "campaign"
     with caplog.at_level("INFO", logger="shearbatch.engine"):
-        report = engine.run_campaign(spec, plan, output_dir=out, batch_size=B,
+        report = run_engine(spec, plan, output_dir=out, batch_size=B,
                                      lane_chunk=LANES, overlap=False)  # fmt: skip
     assert report.n_ok + report.n_failed == B
     assert "optimiser lanes refilled from the batch (2 lanes per device)" in caplog.text

@@ -5,7 +5,7 @@ import pytest
 
 from shearbatch.campaign import Realization, plan_campaign
 from shearbatch.core.generate import render_stamps
-from shearbatch.engine import generate
+from shearbatch.engine.loop import generate
 from shearbatch.engine.records import truth_record
 from shearbatch.schema import load_config
 from shearbatch.spec import problem, run_spec

@@ -20,7 +20,7 @@ from shearbatch.cli import bias_run
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
-from tests.conftest import OPTIMIZER_SD_TOL, count_calls, write_config
+from tests.conftest import OPTIMIZER_SD_TOL, count_calls, run_engine, write_config
 
 GRID = ["-0.05", "-0.02", "0", "0.02", "0.05"]
 # campaign A: the grid at g2 = -0.01, seeds 3 and 4, batches of 8 (the last one padded)
@@ -305,7 +305,7 @@ def test_campaign_compiles_once(module_tmp, quiet_cfg, monkeypatch):
     traces = count_calls(monkeypatch, map_, "fit")
     cfg = load_config(quiet_cfg)
     plan = plan_campaign([0.01, 0.02, 0.03, 0.04, 0.05], n_realizations=1)
-    report = engine.run_campaign(run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=2)
+    report = run_engine(run_spec(cfg), plan, output_dir=module_tmp / "once", batch_size=2)
     assert report.n_ok == 5 and len(report.batch_times) == 3
     assert len(traces) == 1
 

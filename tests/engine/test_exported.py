@@ -21,7 +21,8 @@ from shearbatch.campaign import plan_campaign
 from shearbatch.core.checks import chi2_program
 from shearbatch.core.methods import MethodSpec
 from shearbatch.core.methods.vi import ViConfig
-from shearbatch.engine import batch_inputs, build_program, exported, inference_program, runtime
+from shearbatch.engine import exported, runtime
+from shearbatch.engine.loop import batch_inputs, build_program, inference_program
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
 from tests.conftest import count_calls, write_config

@@ -64,7 +64,7 @@ def _run(tmp: Path, name: str, *extra: str, caplog=None):
 def _program_total(tmp: Path, lanes: int) -> int:
     """XLA's memory analysis of the campaign's program at ``lanes`` lanes (what the
     engine measures before its first batch)."""
-    from shearbatch.engine import build_program, compile_lanes, lane_chunk_for
+    from shearbatch.engine.loop import build_program, compile_lanes, lane_chunk_for
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 
@@ -146,7 +146,7 @@ def test_interim_weights_in_draw_chunks_equal_all_draws(monkeypatch):
     from shearbatch.core.methods import map as map_method
     from shearbatch.core.methods.interim import LOG_RATIO
     from shearbatch.core.posterior import build_posterior
-    from shearbatch.engine import batch_inputs
+    from shearbatch.engine.loop import batch_inputs
     from shearbatch.schema import load_config
     from shearbatch.spec import run_spec
 
@@ -170,32 +170,29 @@ def test_interim_weights_in_draw_chunks_equal_all_draws(monkeypatch):
 def test_the_lanes_are_decided_once_for_the_compile_and_the_engine(unsplit, module_tmp, caplog,
                                                                    monkeypatch):  # fmt: skip
     """An array task compiles the campaign's program first (app.runner.compile_first) at
-    the width the memory budget allows, and the engine runs with that decision: one lane
-    decision in the process (engine.plan_lanes called once), lane chunks of 4 under a
-    budget between the 4- and 8-lane programs, the posteriors the unsplit run's."""
-    import shearbatch.engine as engine_pkg
+    the width the memory budget allows, and the engine runs what it prepared: one lane
+    decision in the process (engine.prepare calls plan_lanes once), lane chunks of 4 under
+    a budget between the 4- and 8-lane programs, the posteriors the unsplit run's."""
     import shearbatch.engine.loop as loop
     from tests.conftest import count_calls
 
     budget = (_program_total(module_tmp, 4) + _program_total(module_tmp, 8)) // 2
     calls = count_calls(monkeypatch, loop, "plan_lanes")
-    calls_pkg = count_calls(monkeypatch, engine_pkg, "plan_lanes")
     with caplog.at_level(logging.INFO, logger="shearbatch"):
         res, out = _run(module_tmp, "task0", "--batch-size", "8", "--memory-budget", str(budget),
                         "--array-task-count", "1", "--array-task-id", "0",
                         "--cache-dir", str(module_tmp / "cache0"))  # fmt: skip
     # one task of one: no shared compile step (the engine decides); of two: compile_first
     assert res.exit_code == 0, res.output
-    assert len(calls) + len(calls_pkg) == 1
+    assert len(calls) == 1, calls
     calls.clear()
-    calls_pkg.clear()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="shearbatch"):
         res, out = _run(module_tmp, "task0of2", "--batch-size", "8", "--memory-budget",
                         str(budget), "--array-task-count", "2", "--array-task-id", "0",
                         "--cache-dir", str(module_tmp / "cache"))  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert len(calls_pkg) == 1 and not calls, (calls_pkg, calls)  # compile_first's, only
+    assert len(calls) == 1, calls  # compile_first's prepare, only
     msgs = [r.getMessage() for r in caplog.records]
     assert any("miss(es) for the campaign's 8-lane programs" in m for m in msgs), msgs
     line = next(m for m in msgs if "does not fit" in m)

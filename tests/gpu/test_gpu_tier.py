@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shearbatch.engine import AUTO_MAX_LANES
+from shearbatch.engine.loop import AUTO_MAX_LANES
 from tests.conftest import OPTIMIZER_SD_TOL, max_diff_sd
 
 pytestmark = pytest.mark.gpu

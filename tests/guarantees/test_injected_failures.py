@@ -24,7 +24,7 @@ from shearbatch.engine import loop as engine
 from shearbatch.io import read_json, read_posterior
 from shearbatch.schema import load_config
 from shearbatch.spec import run_spec
-from tests.conftest import write_config
+from tests.conftest import run_engine, write_config
 
 SMALL = {"image.size_x": 16, "image.size_y": 16}
 BROKEN = {
@@ -64,7 +64,7 @@ def runs(module_tmp):
     out = {}
     for name, sim in (("clean", None), ("broken", injecting)):
         root = module_tmp / name
-        report = engine.run_campaign(spec, plan, output_dir=root, batch_size=12, simulate_fn=sim)
+        report = run_engine(spec, plan, output_dir=root, batch_size=12, simulate_fn=sim)
         out[name] = (root, report)
     return spec, plan, out
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from shearbatch.io import read_posterior, realization_status
-from tests.conftest import write_config
+from tests.conftest import run_engine, write_config
 
 N = 48
 BIAS_RUN = [sys.executable, "-c", "from shearbatch.cli import bias_run; bias_run()"]
@@ -247,7 +247,7 @@ def test_time_limit_stops_before_a_batch_that_cannot_finish(module_tmp, tiny_cfg
     plan = plan_campaign([0.01, 0.02, 0.03], n_realizations=16)
     out = module_tmp / "limited"
     deadline = time.time() + 8.0
-    rep = engine.run_campaign(spec, plan, output_dir=out, batch_size=4, simulate_fn=slow,
+    rep = run_engine(spec, plan, output_dir=out, batch_size=4, simulate_fn=slow,
                               deadline=deadline)  # fmt: skip
     assert rep.stopped == "time limit"
     assert 4 <= rep.n_written < N and rep.n_written == 4 * len(rep.batch_times)

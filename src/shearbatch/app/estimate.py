@@ -154,54 +154,39 @@ def disk_estimate(plan: Plan) -> DiskEstimate:
 def pilot(plan: Plan) -> PilotTiming:
     """Simulate one batch of the campaign, compile the inference program and run it once;
     the compilation cache (``--cache-dir``, default under the output root) is used and
-    filled, no realization is written. The batch is the one the engine would run: its
-    lanes decided as the engine decides them (:func:`shearbatch.engine.plan_lanes`: the
-    campaign's lanes or ``--batch-size auto``, the memory budget, the lane chunk; a batch
-    that does not fit runs in lane chunks here too), on one device."""
+    filled, no realization is written. The batch is the one the engine would run: prepared
+    as the engine prepares it (:func:`shearbatch.app.runner.prepare_plan`: the campaign's
+    lanes or ``--batch-size auto``, the memory budget, the lane chunk; a batch that does
+    not fit runs in lane chunks here too), on one device."""
     import jax
 
-    from ..core.batching import pad_to
-    from ..engine import (
-        BatchTooLarge,
-        batch_inputs,
-        inference_program,
-        lane_chunk_for,
-        plan_lanes,
-        runtime,
-    )
-    from .options import PlanError
+    from ..engine import runtime
+    from .runner import prepare_plan
 
     spec = plan.spec
     todo = list(plan.todo or plan.mine)
     cache_dir = plan.options.execution.cache_dir or runtime.default_cache_dir(plan.output_dir)
     with runtime.scoped():
         runtime.configure(spec.precision == "float64", cache_dir)
-        chunk = lane_chunk_for(plan.lane_chunk, spec)
-        _, program = inference_program(spec, None, chunk)
         t0 = time.perf_counter()
-        try:
-            lanes = plan_lanes(spec, program, "auto" if plan.auto_batch else plan.batch_size,
-                               len(todo), budget=plan.options.execution.memory_budget,
-                               multiple=chunk or 1)  # fmt: skip
-        except BatchTooLarge as err:
-            raise PlanError(str(err)) from None
+        prepared = prepare_plan(plan, todo=todo, one_device=True)
         t_compile = time.perf_counter() - t0
-        n = lanes.batch
-        reals = pad_to(todo[:n], n)
+        n = prepared.batch_size
+        reals = todo[:n]
         t0 = time.perf_counter()
-        sim, keys = batch_inputs(spec, reals)
+        sim, keys = prepared.inputs(reals)
         jax.block_until_ready(sim.images)
         t_sim_first = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sim, keys = batch_inputs(spec, reals)
+        sim, keys = prepared.inputs(reals)
         jax.block_until_ready(sim.images)
         t_sim = time.perf_counter() - t0
-        if lanes.compiled is None:  # no ahead-of-time compile here: its first call compiles
+        if prepared.lanes.compiled is None:  # no ahead-of-time compile here: its first call compiles
             t0 = time.perf_counter()
-            jax.block_until_ready(program.lower(keys, sim.images).compile())
+            jax.block_until_ready(prepared.program.lower(keys, sim.images).compile())
             t_compile += time.perf_counter() - t0
         t0 = time.perf_counter()
-        out, _ = lanes.run(program, keys, sim.images)
+        out, _ = prepared.infer(keys, sim.images)
         t_infer = time.perf_counter() - t0
         devices = len(jax.local_devices())
     leaves = [*out.samples.values(), *out.stats.values()]

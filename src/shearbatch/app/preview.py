@@ -20,14 +20,14 @@ def preview(plan: Plan, path: Path, n: int = 4, fitted: bool = False,
     """PNG of the first ``n`` realizations of this task's plan: the simulated data, and
     (``fitted``, after the run) the model at each one's estimate and the residual."""
     from ..analysis.plots import stamps_figure
-    from ..engine import generate
+    from ..campaign import simulate_realizations
 
     reals = plan.mine[:n]
     if fitted:
         reals = [r for r in reals if (plan.output_dir / r.run_id / "posterior.nc").is_file()]
     if not reals:
         return
-    sim = generate(plan.spec, reals)
+    sim = simulate_realizations(plan.spec, reals)
     models = models_at_estimate(plan, reals) if fitted else None
     fig = stamps_figure(sim.images, [r.run_id for r in reals], sim.noise_sigma, models)
     with atomic.replacing(path) as tmp:

@@ -17,10 +17,11 @@ from .plan import Plan
 from .signals import StopOnSignal
 
 if TYPE_CHECKING:
-    from ..engine import Execution, Lanes
+    from ..engine import Execution, Prepared
 
 __all__ = ["COMMANDS_FILE", "Claimed", "Outcome", "compile_first", "execution_of", "n_complete",
-           "record_command", "resume_hint", "run", "run_claimed", "write_manifest"]  # fmt: skip
+           "prepare_plan", "record_command", "resume_hint", "run", "run_claimed",
+           "write_manifest"]  # fmt: skip
 
 logger = logging.getLogger("shearbatch")
 
@@ -82,7 +83,31 @@ def record_command(plan: Plan, args: Sequence[str]) -> None:
         raise WriteError(f"cannot write {out / COMMANDS_FILE}: {err.strerror}") from None
 
 
-def compile_first(plan: Plan, cache: str) -> Lanes | None:
+def prepare_plan(plan: Plan, execution: Execution | None = None,
+                 todo: Sequence[Any] | None = None, *, compile: bool = True,
+                 one_device: bool = False) -> Prepared:  # fmt: skip
+    """The engine's set-up of ``plan``'s realizations (``todo``, default the plan's):
+    :func:`shearbatch.engine.prepare` with ``execution`` (default :func:`execution_of` the
+    plan), the application's one call of the lane decision. ``compile=False``: nothing
+    compiled, no device asked; the batches are of the campaign's lanes (``--batch-size
+    auto`` too: :attr:`Plan.batch_size`), as the dry run prints them and ``--emit-sbatch``
+    sizes the array. ``one_device``: the pilot's batch. Raises :class:`PlanError` (one
+    line) when not even the smallest batch fits the memory budget."""
+    import dataclasses
+
+    from ..engine import BatchTooLarge, prepare
+
+    ex = execution if execution is not None else execution_of(plan, {})
+    if not compile:
+        ex = dataclasses.replace(ex, batch_size=plan.batch_size)
+    try:
+        return prepare(plan.spec, plan.todo if todo is None else todo, ex, compile=compile,
+                       one_device=one_device)  # fmt: skip
+    except BatchTooLarge as err:
+        raise PlanError(str(err)) from None
+
+
+def compile_first(plan: Plan, cache: str, execution: Execution) -> Prepared | None:
     """Compile (or load) this campaign's generator and inference program while holding the
     cache's lock, so that array tasks starting together compile once between them: the
     first one compiles, writes the cache and leaves a marker (``.compiled-<key>``, the key
@@ -90,17 +115,16 @@ def compile_first(plan: Plan, cache: str) -> Lanes | None:
     wait, see the marker and go on to read the cache (no second trace of the program).
 
     The program is compiled as the engine's lane decision compiles it
-    (:func:`shearbatch.engine.plan_lanes`: the campaign's lanes, the memory budget, the lane
-    chunk), and that decision is returned, for the engine to run with
-    (:attr:`shearbatch.engine.Execution.lanes`); None where this task did not compile (the
-    engine then decides, from the cache)."""
+    (:func:`prepare_plan`: the campaign's lanes, the memory budget, the lane chunk), and
+    what was prepared is returned, for the engine to run (:func:`shearbatch.engine.run`,
+    no second lane decision); None where this task did not compile (the engine then
+    prepares after the claims, from the cache)."""
     import hashlib
     import json
 
     import jax
 
-    from ..core.batching import pad_to
-    from ..engine import BatchTooLarge, build_program, lane_chunk_for, plan_lanes, runtime
+    from ..engine import runtime
 
     spec, lanes = plan.spec, plan.batch_size
     devs = jax.devices()
@@ -124,33 +148,17 @@ def compile_first(plan: Plan, cache: str) -> Lanes | None:
                         "%d-lane programs", waited, lanes)  # fmt: skip
             return None
         before = dict(runtime.CACHE_EVENTS)
-        padded = pad_to(list(plan.todo[:lanes]), lanes)
-        chunk = lane_chunk_for(plan.lane_chunk, spec)
-        built = build_program(spec, padded, chunk=chunk)
-        # the engine's lane decision (for the shapes, not for these arrays), so that the
-        # cache entry is the one the tasks will look up, at the width the budget allows
-        try:
-            decided = plan_lanes(spec, built.program, lanes, len(plan.todo),
-                                 budget=plan.options.execution.memory_budget,
-                                 multiple=chunk or 1)  # fmt: skip
-        except BatchTooLarge as err:
-            raise PlanError(str(err)) from None
-        compiled = decided.compiled or built.compile()
-        # the residual check too, on the program's outputs (the engine runs it on the device
-        # after each batch or lane chunk): compiled here, under the lock, it is not compiled
-        # by two tasks
-        samples = getattr(compiled, "out_info", None)
-        if samples is not None:
-            from ..core.checks import chi2_program
-
-            images = built.sim.images[: decided.width]
-            chi2_program(spec.model).lower(samples.samples, images).compile()
+        # the engine's lane decision and its programs (the generator, the inference program
+        # at the width the budget allows, the residual check), so that the cache entries
+        # are the ones the tasks will look up
+        prepared = prepare_plan(plan, execution)
+        prepared.warm_up()
         marker.touch()
         ev = runtime.CACHE_EVENTS
         logger.info("compile lock (waited %.1f s): %d cache hit(s), %d miss(es) for the "
                     "campaign's %d-lane programs", waited, ev["hits"] - before["hits"],
                     ev["misses"] - before["misses"], lanes)  # fmt: skip
-        return decided if decided.compiled is not None else None
+        return prepared if prepared.lanes.compiled is not None else None
 
 
 def write_manifest(plan: Plan) -> dict[str, Any]:
@@ -225,7 +233,7 @@ def execution_of(plan: Plan, provenance: Mapping[str, Any], **run_kw: Any) -> Ex
     """The one record the engine runs ``plan`` with (:class:`shearbatch.engine.Execution`):
     the plan's lanes (``auto``, or the campaign's), lane chunk, memory budget, writes,
     draws and the realizations' ``provenance``; ``run_kw``: this run's ``progress``,
-    ``stop``, ``deadline`` and ``lanes`` (the lane decision :func:`compile_first` made)."""
+    ``stop`` and ``deadline``."""
     from ..engine import Execution
 
     return Execution(output_dir=plan.output_dir,
@@ -236,11 +244,12 @@ def execution_of(plan: Plan, provenance: Mapping[str, Any], **run_kw: Any) -> Ex
 
 
 def run_claimed(plan: Plan, provenance: dict[str, Any], *, claim_wait: float | None = None,
-                **engine_kw: Any) -> tuple[Any, int]:  # fmt: skip
+                prepared: Prepared | None = None, **engine_kw: Any) -> tuple[Any, int]:  # fmt: skip
     """Claim this task's realizations and run them with one
     :class:`~shearbatch.engine.Execution` (:func:`execution_of`; ``engine_kw``: its
-    progress / stop / deadline). Returns the engine's report and the number skipped
-    because another process held them.
+    progress / stop / deadline), prepared once (:func:`prepare_plan`, after the claims;
+    ``prepared``: what :func:`compile_first` prepared, run as it is). Returns the engine's
+    report and the number skipped because another process held them.
 
     Realizations another process held are not lost when it dies: once this task's own are
     done, it polls their claims for up to ``claim_wait`` seconds (:data:`CLAIM_WAIT_S`),
@@ -253,12 +262,14 @@ def run_claimed(plan: Plan, provenance: dict[str, Any], *, claim_wait: float | N
     from .. import engine as eng
 
     execution = execution_of(plan, provenance, **engine_kw)
+    made = [prepared]
 
     def engine(todo: list[Any]) -> Any:
-        try:
-            return eng.run(plan.spec, todo, execution)
-        except eng.BatchTooLarge as err:
-            raise PlanError(str(err)) from None
+        # one lane decision: made for this task's claimed realizations (or by compile_first),
+        # then the same program and lanes for any taken over
+        done = made[0]
+        made[0] = prepare_plan(plan, execution, todo) if done is None else done.again(todo)
+        return eng.run(made[0])
 
     with claimed(plan) as cl:
         report = engine(cl.todo)
@@ -329,12 +340,14 @@ def run(
         if preview is not None:
             write_preview(plan, preview, notify=notify)
         provenance = write_manifest(plan)
-        lanes = compile_first(plan, cache) if plan.task[1] > 1 and plan.todo else None
+        engine_kw = {"progress": progress, "deadline": deadline,
+                     "stop": stop.event if stop is not None else None}  # fmt: skip
+        prepared = None
+        if plan.task[1] > 1 and plan.todo:
+            prepared = compile_first(plan, cache, execution_of(plan, provenance, **engine_kw))
         if command is not None:
             record_command(plan, command)
-        report, skipped = run_claimed(plan, provenance, progress=progress, deadline=deadline,
-                                      stop=stop.event if stop is not None else None,
-                                      lanes=lanes)  # fmt: skip
+        report, skipped = run_claimed(plan, provenance, prepared=prepared, **engine_kw)
         if preview is not None:  # again, now with the model at each estimate and the residual
             write_preview(plan, preview, fitted=True, notify=notify)
     ev = runtime.CACHE_EVENTS

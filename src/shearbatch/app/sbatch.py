@@ -14,6 +14,7 @@ from pathlib import Path
 from ..io import atomic
 from .options import PlanError
 from .plan import Plan
+from .runner import prepare_plan
 
 __all__ = ["NOT_IN_SCRIPT", "emit_sbatch", "run_args"]
 
@@ -43,8 +44,6 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     """Write the array script (and the dependent extract + stats job) for the campaign on
     the command line; nothing runs. Resources: ``campaign.sbatch`` with the ``--sbatch-*``
     flags merged in. Returns the lines to show the user."""
-    import math
-
     from ..analysis.verdict import LEVELS
     from ..io.manifest import FROZEN_CONFIG, write_frozen_config
     from ..slurm import ArrayError, SbatchOptions, parse_indices, sbatch_script, stats_script
@@ -58,7 +57,7 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
     if conf.level is not None and conf.level not in LEVELS:
         raise PlanError(f"--sbatch-level: unknown level {conf.level!r}; use one of "
                         f"{', '.join(LEVELS)}")  # fmt: skip
-    n, lanes = len(plan.realizations), plan.batch_size
+    n = len(plan.realizations)
     indices = None
     if conf.array is not None:
         try:
@@ -70,7 +69,10 @@ def emit_sbatch(plan: Plan, given: Mapping[str, Sequence[str]]) -> list[str]:
         if conf.tasks is not None and conf.tasks != len(indices):
             raise PlanError(f"--sbatch-tasks: {conf.tasks} but --sbatch-array has "
                             f"{len(indices)} indices")  # fmt: skip
-    tasks = len(indices) if indices else conf.tasks or min(math.ceil(n / lanes), 1000)
+    # the campaign's batches, as the engine would run them: one task per batch (at most 1000)
+    prepared = prepare_plan(plan, todo=plan.realizations, compile=False)
+    lanes = prepared.batch_size
+    tasks = len(indices) if indices else conf.tasks or min(len(prepared.batches), 1000)
     if tasks > n:
         raise PlanError(f"--sbatch-tasks: {tasks} tasks for {n} realizations (at most {n})")
     out = plan.output_dir.resolve()

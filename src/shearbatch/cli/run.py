@@ -155,13 +155,12 @@ def _show_config(kw: dict[str, Any]) -> int:
 
 
 def _print_plan(plan: app.Plan) -> None:
-    from ..campaign import make_batches
     from ..core.snr import reference_signal
 
     opts = plan.options
     cfg, mine, todo = plan.cfg, plan.mine, plan.todo
-    bs = plan.batch_size
-    batches = make_batches(todo, bs)
+    prepared = app.prepare_plan(plan, compile=False)  # the batches, nothing compiled
+    bs, batches = prepared.batch_size, prepared.batches
     done = [r for r in mine if plan.status[r.run_id] == "done"]
     tid, tcount = plan.task
     echo = click.echo if opts.execution.dry_run else logger.info

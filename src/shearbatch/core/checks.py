@@ -24,6 +24,7 @@ programs (:func:`shearbatch.core.batching.batched`), so it compiles once per cam
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -66,16 +67,18 @@ def chi2_fn(problem) -> Callable[[Mapping[str, jax.Array], jax.Array], jax.Array
     return chi2
 
 
-def chi2_program(problem) -> Callable[[Mapping[str, jax.Array], jax.Array], jax.Array]:
+def chi2_program(problem, store: Any = None,
+                 ) -> Callable[[Mapping[str, jax.Array], jax.Array], jax.Array]:  # fmt: skip
     """The engine's batched check, ``batched(chi2_fn(problem))``: ``(samples, images) ->
-    chi2 / N`` per lane; where an entry point set a store of exported programs, a later
-    process loads it from there instead of tracing it (:mod:`shearbatch.core.programs`: the
-    wrapper the engine installed, :mod:`shearbatch.engine.exported`)."""
+    chi2 / N`` per lane; wrapped by ``store`` when given (:mod:`shearbatch.core.programs`:
+    the engine hands down :func:`shearbatch.engine.exported.exportable`, with which a later
+    process loads the program instead of tracing it)."""
     from . import programs
     from .batching import batched
 
     return programs.program(lambda: batched(chi2_fn(problem)),
-                            {"program": "chi2", "problem": problem}, "residual check")  # fmt: skip
+                            {"program": "chi2", "problem": problem}, "residual check",
+                            store)  # fmt: skip
 
 
 def misfit(chi2_per_pixel: float) -> bool:

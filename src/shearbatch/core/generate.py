@@ -152,19 +152,19 @@ def simulate_one(
 _SIMULATORS: dict[Any, Any] = {}
 
 
-def _simulator(problem):
-    """One jitted generator per problem (and default float dtype), reused by every batch;
-    where an entry point set a store of exported programs, a later process loads it from
-    there instead of tracing it (:mod:`shearbatch.core.programs`: the wrapper the engine
-    installed, :mod:`shearbatch.engine.exported`)."""
+def _simulator(problem, store=None):
+    """One jitted generator per problem (and default float dtype, and ``store``), reused by
+    every batch; wrapped by ``store`` when given (:mod:`shearbatch.core.programs`: the
+    engine hands down :func:`shearbatch.engine.exported.exportable`, with which a later
+    process loads the program instead of tracing it)."""
     from . import programs
 
-    key = (problem, str(jnp.result_type(float)), programs.installed())
+    key = (problem, str(jnp.result_type(float)), store)
     if key not in _SIMULATORS:
         one = functools.partial(simulate_one, problem)
         _SIMULATORS[key] = programs.program(
             lambda: jax.jit(lambda *a: jax.lax.map(lambda x: one(*x), a)),
-            {"program": "generator", "problem": problem}, "generator",
+            {"program": "generator", "problem": problem}, "generator", store,
         )  # fmt: skip
     return _SIMULATORS[key]
 
@@ -175,11 +175,13 @@ def simulate(
     g: Sequence[tuple[float, float]],
     quarters: Sequence[int] | None = None,
     streams: Sequence[int] | None = None,
+    store: Any = None,
 ) -> SimBatch:
     """Truth and noisy stamps for realizations with ``seeds`` and true shears ``g``
     (optionally ring copies: ``quarters`` of a turn of the shapes, noise ``streams``):
     images have shape (B, M, H, W). The JAX generator: a problem for another renderer
-    goes through :func:`shearbatch.core.generators.simulate`."""
+    goes through :func:`shearbatch.core.generators.simulate`. ``store``: the wrapper of
+    its program (:func:`shearbatch.core.programs.program`; None: the plain jit)."""
     if problem.renderer != "jax":
         raise ValueError(
             f"renderer {problem.renderer!r}: draw with shearbatch.core.generators.simulate"
@@ -189,5 +191,5 @@ def simulate(
     g_a = jnp.asarray(g, dtype=jnp.result_type(float))
     q_a = jnp.asarray([0] * n if quarters is None else quarters, dtype=jnp.int32)
     s_a = jnp.asarray([0] * n if streams is None else streams, dtype=jnp.uint32)
-    images, params, snr = _simulator(problem)(seeds_a, g_a, q_a, s_a)
+    images, params, snr = _simulator(problem, store)(seeds_a, g_a, q_a, s_a)
     return SimBatch(images, problem.noise_sigma, g_a, params, snr)

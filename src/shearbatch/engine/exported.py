@@ -101,12 +101,9 @@ def stored_in() -> Path | None:
 
 def use(directory: str | Path | None) -> None:
     """Keep exported programs in ``directory`` (None: nowhere, every program is traced
-    with ``jit``). Set by :func:`shearbatch.engine.runtime.configure`. Also hands
-    :func:`exportable` down to core (:func:`shearbatch.core.programs.install`), which
-    builds its generator and residual check with it: core imports no layer above it."""
-    from ..core import programs
-
-    programs.install(exportable)
+    with ``jit``). Set by :func:`shearbatch.engine.runtime.configure`. (Core's generator and
+    residual check are wrapped with :func:`exportable` where the engine hands it down as
+    their ``store``: :mod:`shearbatch.core.programs`.)"""
     _STORE["dir"] = None if directory is None else Path(directory)
     if directory is not None and enabled() and not _serializable():
         logger.info("no exported programs: the flatbuffers package that jax.export needs to "

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._version import code_version
-from ..campaign import Realization, make_batches
+from ..campaign import Realization, make_batches, simulate_realizations
 from ..core.batching import (
     batched,
     batched_fit,
@@ -40,7 +40,6 @@ from ..core.batching import (
 )
 from ..core.checks import chi2_program
 from ..core.generate import SimBatch
-from ..core.generators import simulate
 from ..core.memory import (
     Budget,
     ProgramMemory,
@@ -66,6 +65,7 @@ __all__ = [
     "Execution",
     "Job",
     "Lanes",
+    "Prepared",
     "Program",
     "ProgramTooWide",
     "UnhealthyBatch",
@@ -76,8 +76,8 @@ __all__ = [
     "inference_program",
     "lane_chunk_for",
     "plan_lanes",
+    "prepare",
     "run",
-    "run_campaign",
 ]
 
 logger = logging.getLogger(__name__)
@@ -147,9 +147,11 @@ def lane_chunk_for(lane_chunk: int | str | None, spec: RunSpec) -> int | None:
 
 
 def generate(spec: RunSpec, batch: Sequence[Realization]) -> SimBatch:
-    quarters = [4 * r.rotation // r.n_rotations for r in batch]  # ring copies (45 deg each)
-    return simulate(spec.truth, [r.seed for r in batch], [(r.g1, r.g2) for r in batch],
-                    quarters, [r.noise_stream for r in batch])  # fmt: skip
+    """``batch``'s stamps (:func:`shearbatch.campaign.simulate_realizations`), the generator
+    handed the engine's store of exported programs (:func:`exported.exportable`)."""
+    from . import exported
+
+    return simulate_realizations(spec, batch, store=exported.exportable)
 
 
 def batch_inputs(
@@ -480,9 +482,145 @@ class Execution:
     progress: bool = False
     stop: threading.Event | None = None
     deadline: float | None = None
-    lanes: Lanes | None = None
-    """The lane decision when it was made before (:func:`plan_lanes` for the same program,
-    lanes, budget and chunk: ``bias-run``'s shared compile step), else None: made here."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A campaign's realizations ready to run (:func:`prepare`): the inference program, the
+    lane decision and the batches, made once; :func:`run` runs them, and the application's
+    dry run, pilot and SLURM sizing read them."""
+
+    spec: RunSpec
+    #: the realizations to run, in order
+    todo: tuple[Realization, ...]
+    #: how they run (:class:`Execution`)
+    execution: Execution
+    #: the lane decision (:func:`plan_lanes`): ``lanes.batch`` realizations per batch,
+    #: ``lanes.width`` lanes per call of the compiled ``lanes.compiled``, ``lanes.why``
+    lanes: Lanes
+    #: ``todo`` cut into batches of ``lanes.batch`` (the last padded when it runs)
+    batches: tuple[Sequence[Realization], ...]
+    #: the batched inference program ``program(keys, images) -> Draws`` (None: not compiled)
+    program: Any = None
+    #: the inference method (:mod:`shearbatch.core.methods`)
+    method: Any = None
+    #: the residual check ``check(samples, images) -> chi2 / N`` per lane (core/checks.py)
+    check: Any = None
+    #: the device mesh the lanes are split over (None: one device)
+    mesh: Any = None
+    #: devices in ``mesh`` (1 without one)
+    n_dev: int = 1
+    #: lanes evaluated together inside the program (:func:`lane_chunk_for`), or None
+    chunk: int | None = None
+    #: the generator (``simulate_fn(spec, batch) -> SimBatch``; :func:`generate`)
+    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None
+    #: seconds the lane decision took (counted in the first batch's time by :func:`run`)
+    t_plan: float = 0.0
+    #: seconds :func:`prepare` took (counted in the campaign's wall time by :func:`run`)
+    t_setup: float = 0.0
+    #: whether the first batch could start before the deadline, checked before the compile
+    first_ok: bool = True
+
+    @property
+    def batch_size(self) -> int:
+        """Realizations per batch: the lanes of each batch (:attr:`Lanes.batch`)."""
+        return self.lanes.batch
+
+    def again(self, todo: Sequence[Realization]) -> Prepared:
+        """The same program and lane decision for other realizations (their own batches):
+        no second decision, no second compile."""
+        ex = self.execution
+        return dataclasses.replace(
+            self, todo=tuple(todo), batches=tuple(make_batches(todo, self.lanes.batch)),
+            t_plan=0.0, t_setup=0.0, first_ok=ex.deadline is None or time.time() < ex.deadline,
+        )  # fmt: skip
+
+    def inputs(self, batch: Sequence[Realization]) -> tuple[SimBatch, jax.Array]:
+        """``batch`` padded to the lane count, simulated, and its inference keys
+        (:func:`batch_inputs`)."""
+        return batch_inputs(self.spec, pad_to(batch, self.lanes.batch), self.simulate_fn)
+
+    def infer(self, keys: jax.Array, images: jax.Array) -> tuple[Any, np.ndarray | None]:
+        """The program's draws of one batch on the host, as the engine runs it
+        (:meth:`Lanes.run`: in lane chunks where the decision says so)."""
+        return self.lanes.run(self.program, keys, images)
+
+    def warm_up(self) -> None:
+        """Compile what the first batch runs, without running it: its generator (the batch
+        simulated), the inference program at its lanes (where the lane decision did not
+        compile it) and the residual check at the program's outputs: ``bias-run``'s shared
+        compile step, so that array tasks find them in the cache."""
+        sim, keys = self.inputs(self.todo[: self.lanes.batch])
+        compiled = self.lanes.compiled
+        if compiled is None:
+            jax.block_until_ready(sim.images)
+            compiled = self.program.lower(keys, sim.images).compile()
+        # the engine runs the check on the device after each batch or lane chunk
+        samples = getattr(compiled, "out_info", None)
+        if samples is not None:
+            self.check.lower(samples.samples, sim.images[: self.lanes.width]).compile()
+
+
+def prepare(
+    spec: RunSpec,
+    todo: Sequence[Realization],
+    execution: Execution,
+    *,
+    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
+    compile: bool = True,
+    one_device: bool = False,
+) -> Prepared:
+    """The engine's set-up of a campaign, before its first batch: the devices, the
+    inference program of ``spec``'s method, the lane decision (:func:`plan_lanes`: the
+    lanes ``execution`` asks for, rounded up to a multiple of the devices, or ``auto``;
+    its memory budget; its lane chunk) and ``todo`` in batches. The one place the lane
+    decision is made: :func:`run` runs what this returns.
+
+    ``simulate_fn`` replaces the generator (e.g. to inject a broken realization).
+    ``compile=False``: nothing is built, compiled or asked of the devices; the batches
+    are of ``execution.batch_size`` lanes, which must be a number (the dry run's plan).
+    ``one_device``: the lanes are not split over several devices (the pilot). Raises
+    :class:`BatchTooLarge` (one line) when not even the smallest batch fits."""
+    todo = tuple(todo)
+    if not compile:
+        b = int(execution.batch_size)
+        lanes = Lanes(b, b, None, None, None, f"batch size {b} (not compiled)")
+        return Prepared(spec, todo, execution, lanes, tuple(make_batches(todo, b)),
+                        simulate_fn=simulate_fn)  # fmt: skip
+    from . import exported
+
+    t_start = time.perf_counter()
+    mesh, n_dev, batch_size = _devices(execution.batch_size, one_device)
+    chunk = lane_chunk_for(execution.lane_chunk, spec)
+    method, program = build_program(spec, mesh=mesh, chunk=chunk)[:2]
+    # the deadline is checked for the first batch before its program is compiled (as when
+    # the compile happened in its first call); the compile counts in the first batch's time
+    deadline = execution.deadline
+    first_ok = deadline is None or time.time() < deadline
+    t_plan = time.perf_counter()
+    lanes = plan_lanes(spec, program, batch_size, len(todo), budget=execution.memory_budget,
+                       multiple=n_dev * (chunk or 1))  # fmt: skip
+    t_plan = time.perf_counter() - t_plan
+    check = chi2_program(spec.model, store=exported.exportable)  # the residual (core/checks.py)
+    return Prepared(spec, todo, execution, lanes, tuple(make_batches(todo, lanes.batch)),
+                    program, method, check, mesh, n_dev, chunk, simulate_fn or generate,
+                    t_plan, time.perf_counter() - t_start, first_ok)  # fmt: skip
+
+
+def _devices(batch_size: int | str, one_device: bool = False,
+             ) -> tuple[jax.sharding.Mesh | None, int, int | str]:  # fmt: skip
+    """The device mesh (None: one device), its devices and the lanes asked for, rounded up
+    to a multiple of the devices."""
+    mesh = None if one_device else lane_mesh()
+    n_dev = 1 if mesh is None else mesh.devices.size
+    if batch_size != "auto" and (lanes := lanes_for(int(batch_size), mesh)) != batch_size:
+        logger.info("batch size %d rounded up to %d lanes, a multiple of the %d devices",
+                    batch_size, lanes, n_dev)  # fmt: skip
+        batch_size = lanes
+    if mesh is not None:
+        logger.info("lanes split over %d devices: %s", n_dev,
+                    ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
+    return mesh, n_dev, batch_size
 
 
 @dataclasses.dataclass
@@ -515,76 +653,45 @@ class Job:
 
 
 class _Run:
-    """One :func:`run` of the engine, in named steps: :meth:`__init__` (the devices, the
-    program, the writers and the lanes), :meth:`loop` (:meth:`launch` batch k+1, then
-    :meth:`finish` batch k while the device runs, then :meth:`land` batch k+1) and
-    :meth:`close` (the writes ended, the report)."""
+    """One :func:`run` of the engine, in named steps: :meth:`__init__` (what
+    :func:`prepare` made, the writers, the lanes' log lines), :meth:`loop` (:meth:`launch`
+    batch k+1, then :meth:`finish` batch k while the device runs, then :meth:`land` batch
+    k+1) and :meth:`close` (the writes ended, the report)."""
 
-    def __init__(self, spec: RunSpec, todo: list[Realization], ex: Execution,
-                 simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None,
-                 ) -> None:  # fmt: skip
-        self.spec, self.todo, self.ex = spec, todo, ex
-        self.simulate_fn, self.t_start = simulate_fn or generate, time.perf_counter()
-        self._devices()
-        self.method, self.program = build_program(spec, mesh=self.mesh, chunk=self.chunk)[:2]
+    def __init__(self, prepared: Prepared) -> None:
+        p = self.prepared = prepared
+        self.spec, self.todo, self.ex = p.spec, list(p.todo), p.execution
+        self.simulate_fn = p.simulate_fn or generate
+        self.t_start = time.perf_counter() - p.t_setup  # the set-up counts in the wall time
+        self.mesh, self.n_dev, self.chunk = p.mesh, p.n_dev, p.chunk
+        self.method, self.program, self.check = p.method, p.program, p.check
         self.host = None  # host estimators beside the method (inference.estimators)
-        if spec.estimators:
+        if self.spec.estimators:
             from ..estimators.host import HostEstimators
 
-            self.host = HostEstimators(spec)
+            self.host = HostEstimators(self.spec)
         self._start_writers()
-        self._plan_lanes()
+        self._lanes()
         self._records()
 
     # ------------------------------------------------------------------ set-up steps
 
-    def _devices(self) -> None:
-        """The device mesh, the lanes asked for (rounded up to a multiple of the devices)
-        and the lane chunk."""
-        spec, batch_size = self.spec, self.ex.batch_size
-        self.mesh = mesh = lane_mesh()
-        self.n_dev = n_dev = 1 if mesh is None else mesh.devices.size
-        if batch_size != "auto" and (lanes := lanes_for(int(batch_size), mesh)) != batch_size:
-            logger.info("batch size %d rounded up to %d lanes, a multiple of the %d devices",
-                        batch_size, lanes, n_dev)  # fmt: skip
-            batch_size = lanes
-        self.batch_size = batch_size
-        if mesh is not None:
-            logger.info("lanes split over %d devices: %s", n_dev,
-                        ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in mesh.devices.flat))  # fmt: skip
-        self.chunk = lane_chunk_for(self.ex.lane_chunk, spec)
-
     def _start_writers(self) -> None:
         """The sink: writer processes start now, so that their interpreters start while the
-        program compiles."""
+        first batch runs."""
         auto_kind, auto_n = default_writers()
         self.writer_kind = self.ex.writer_kind or auto_kind
         self.writers = self.ex.writers or auto_n
-        batch_size = self.batch_size
-        self.sink: Sink = WriterPool(self.writers, 2 * int(batch_size) if batch_size != "auto" else 2,
+        asked = self.prepared.lanes.batch if self.ex.batch_size != "auto" else None
+        self.sink: Sink = WriterPool(self.writers, 2 * asked if asked is not None else 2,
                                      self.writer_kind, start=True) if self.ex.overlap else SerialWriter()  # fmt: skip
 
-    def _plan_lanes(self) -> None:
-        """The lane decision (:func:`plan_lanes`), the batches and how lanes run inside the
-        program. The deadline is checked for the first batch before its program is compiled
-        (as when the compile happened in its first call); the compile counts in the first
-        batch's time."""
-        spec, ex = self.spec, self.ex
-        self.first_ok = ex.deadline is None or time.time() < ex.deadline
-        t_plan = time.perf_counter()
-        given = ex.lanes
-        if given is not None and (self.mesh is not None or given.batch != self.batch_size):
-            logger.info("the lane plan given (%d lanes) is not this run's: decided again",
-                        given.batch)  # fmt: skip
-            given = None
-        try:
-            self.lanes = lanes = given or plan_lanes(
-                spec, self.program, self.batch_size, len(self.todo), budget=ex.memory_budget,
-                multiple=self.n_dev * (self.chunk or 1))  # fmt: skip
-        except BaseException:
-            self.sink.close(abandon=True)
-            raise
-        self.t_plan = time.perf_counter() - t_plan
+    def _lanes(self) -> None:
+        """The lane decision :func:`prepare` made (:func:`plan_lanes`), logged, and how
+        lanes run inside the program."""
+        spec, p = self.spec, self.prepared
+        self.lanes = lanes = p.lanes
+        self.first_ok, self.t_plan = p.first_ok, p.t_plan
         logger.info("%s", lanes.why)
         self.batch_size = lanes.batch
         if (self.chunk is None and lanes.width > CPU_WIDE_LANES
@@ -594,7 +701,7 @@ class _Run:
                            "has deadlocked at such widths (docs/design.md); --lane-chunk auto "
                            "or XLA_FLAGS=--xla_cpu_multi_thread_eigen=false avoids it",
                            lanes.width)  # fmt: skip
-        self.batches = make_batches(self.todo, self.batch_size)
+        self.batches = list(p.batches)
         self.per_device = lanes.width // self.n_dev
         self.width: int | None
         if self.method.fit_batch is not None:  # the lanes of a refilled fit are the method's own
@@ -607,7 +714,6 @@ class _Run:
                         width, self.per_device // width)  # fmt: skip
         else:
             self.width = None
-        self.check = chi2_program(spec.model)  # the residual at each estimate (core/checks.py)
 
     def _records(self) -> None:
         """What every record repeats, the campaign's log line, the orphans of a killed run
@@ -797,18 +903,13 @@ class _Run:
         return CampaignReport(n_ok, len(failed), failed, wall, self.times, stopped, len(written))
 
 
-def run(
-    spec: RunSpec,
-    realizations: Sequence[Realization],
-    execution: Execution,
-    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
-) -> CampaignReport:
-    """The engine's entry point: infer every realization and write its directory under
-    ``execution.output_dir`` (:class:`Execution` says how). ``simulate_fn`` replaces the
-    generator (e.g. to inject a broken realization).
+def run(prepared: Prepared) -> CampaignReport:
+    """The engine's entry point: infer every realization :func:`prepare` made ready and
+    write its directory under ``prepared.execution.output_dir`` (:class:`Execution` says
+    how).
 
-    Every batch has the campaign's lane count (:func:`plan_lanes`, decided once before the
-    first batch). Batch k+1 is simulated and dispatched to the device before batch k's
+    Every batch has the campaign's lane count (:func:`plan_lanes`, decided once by
+    :func:`prepare`, before the first batch). Batch k+1 is simulated and dispatched to the device before batch k's
     records are made, so the host's work on batch k runs while the device computes batch
     k+1 (a batch in lane chunks runs when it lands); at most two batches wait to be
     written. A set ``stop`` event or a ``deadline`` that the next batch would overrun,
@@ -824,25 +925,11 @@ def run(
     every realization is then complete or absent. Every ``convergence.json`` records the
     provenance next to its seed, batch size and config hash (the code version,
     :func:`~shearbatch._version.code_version`, also without it)."""
-    eng = _Run(spec, list(realizations), execution, simulate_fn)
+    eng = _Run(prepared)
     report = eng.close(eng.loop())
     if eng.unhealthy is not None:  # the batches before it written, it absent
         raise UnhealthyBatch(eng.unhealthy)
     return report
-
-
-def run_campaign(
-    spec: RunSpec,
-    realizations: Sequence[Realization],
-    *,
-    simulate_fn: Callable[[RunSpec, Sequence[Realization]], SimBatch] | None = None,
-    **execution: Any,
-) -> CampaignReport:
-    """:func:`run` with the fields of its :class:`Execution` as keyword arguments
-    (``output_dir``, ``batch_size``, ``progress``, ``overlap``, ``writers``,
-    ``writer_kind``, ``stop``, ``deadline``, ``provenance``, ``lane_chunk``,
-    ``memory_budget``, ``draws``): the tests' and benchmarks' spelling."""
-    return run(spec, realizations, Execution(**execution), simulate_fn)
 
 
 def default_writers(cores: int | None = None) -> tuple[str, int]:
