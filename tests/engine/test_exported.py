@@ -107,7 +107,7 @@ def test_generator_and_check_programs_are_stored_too(spec, inputs, plain, store)
     got, _ = batch_inputs(spec, plan)
     assert exported.STATS["exported"] == 1
     np.testing.assert_array_equal(got.images, sim.images)
-    check = chi2_program(spec.model)
+    check = chi2_program(spec.model, store=exported.exportable)  # as the engine builds it
     chi2 = np.asarray(check(plain.samples, sim.images))
     assert exported.STATS["exported"] == 2 and len(list(store.glob("*.bin"))) == 2
 
@@ -115,11 +115,15 @@ def test_generator_and_check_programs_are_stored_too(spec, inputs, plain, store)
     exported.clear_memory()
     again, _ = batch_inputs(spec, plan)
     np.testing.assert_array_equal(again.images, sim.images)
-    np.testing.assert_array_equal(chi2_program(spec.model)(plain.samples, sim.images), chi2)
+    np.testing.assert_array_equal(
+        chi2_program(spec.model, store=exported.exportable)(plain.samples, sim.images), chi2
+    )
     assert exported.STATS["loaded"] == 2 and exported.STATS["exported"] == 0
     with runtime.scoped():
-        exported.use(None)
-        np.testing.assert_array_equal(chi2_program(spec.model)(plain.samples, sim.images), chi2)
+        exported.use(None)  # no store set: the wrapper runs the plain jit
+        np.testing.assert_array_equal(
+            chi2_program(spec.model, store=exported.exportable)(plain.samples, sim.images), chi2
+        )
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "stale"])
