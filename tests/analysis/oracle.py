@@ -1,5 +1,5 @@
 """A plain reference for the numbers stage 3 reports (issue 56), written from their
-definitions in docs/statistics.md and the docstrings of ``analysis/stats.py`` and
+definitions in docs/statistics.md and the docstrings of ``analysis/bias_fits.py`` and
 ``analysis/verdict.py``, not from ``analysis/bias.py``: loops over rows, rings, pairs and
 seeds, each estimator recomputed from the rows it is about (no per-seed sums, no
 "total minus one seed").

@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from shearbatch.analysis import bias
-from shearbatch.analysis.extract import read_summary
 from shearbatch.analysis.parts import InMemory, open_table
+from shearbatch.analysis.summary_table import read_summary
 
 from . import oracle
 
