@@ -401,7 +401,7 @@ def optimize(
 class Laplace(NamedTuple):
     opt: OptResult
     #: the block LDL^T factors of the Hessian at x* (:class:`shearbatch.core.block_arrow.Factor`):
-    #: x* + arrow.apply_scale(factor, eps) has covariance H^-1
+    #: x* + block_arrow.apply_scale(factor, eps) has covariance H^-1
     factor: block_arrow.Factor
     ok: jax.Array  # Hessian finite and positive definite
     decrement: jax.Array  # g^T H^-1 g / 2 at x*: predicted distance to the mode (log density)
