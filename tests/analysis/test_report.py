@@ -174,6 +174,6 @@ def test_stamps_that_cannot_be_rendered_fail_in_one_line(tmp_path):
     directory that is no campaign), which the report's warning quotes; nothing written."""
     from shearbatch.app.stamps import StampsFailed, stamps_png
 
-    with pytest.raises(StampsFailed, match="no config.yaml or campaign.json config"):
+    with pytest.raises(StampsFailed, match=r"no config\.yaml or campaign\.json config"):
         stamps_png(tmp_path, ["g1_+0.0500_g2_+0.0500_s0"], tmp_path / "stamps.png")
     assert not (tmp_path / "stamps.png").exists()
