@@ -5,7 +5,7 @@ The directories are made by running ONE small real campaign with ``bias-run``
 realization directories under new run ids (``copy<k>_<run_id>``, spread over task
 sub-directories) until there are ``--n-dirs`` of them: the files are real bias-run
 output, only their number is synthetic. The timed part is
-``shearbatch.analysis.extract.extract_campaign`` (directory scan + parallel reads) and
+``shearbatch.analysis.summary_table.extract_campaign`` (directory scan + parallel reads) and
 ``write_summary``; median of ``--repeats`` (3).
 
     .venv/bin/python bench/bench_extract.py [--n-dirs 10000] [--workers N]
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-realizations", type=int, default=4, help="seed campaign, per grid point")
     ap.add_argument("--stamp", type=int, default=48, help="seed campaign's stamp size")
     args = ap.parse_args(argv)
-    from shearbatch.analysis.extract import extract_campaign, status_counts, write_summary
+    from shearbatch.analysis.summary_table import extract_campaign, status_counts, write_summary
 
     info = h.provenance(None)
     h.banner(info)

@@ -78,8 +78,8 @@ def array_partials(root: Path, tasks: int, work: Path) -> list[dict[str, Any]]:
 
 def size_dir(name: str, work: Path, rows: list[dict], entries: list[dict]) -> Path:
     """``<work>/<name>/summary.csv`` and its index over ``entries`` (absolute paths)."""
-    from shearbatch.analysis import extract as ex
     from shearbatch.analysis import partials as ap
+    from shearbatch.analysis import summary_table as ex
 
     d = work / name
     d.mkdir(parents=True, exist_ok=True)
@@ -189,8 +189,8 @@ def read_stats(d: Path) -> dict[str, Any]:
 
 def agreement(d: Path) -> dict[str, Any]:
     """In-memory against streamed fit on the same rows (``d``'s summary and index)."""
-    from shearbatch.analysis import extract as ex
     from shearbatch.analysis import pooled
+    from shearbatch.analysis import summary_table as ex
     from shearbatch.analysis.bias import measure_bias
     from shearbatch.analysis.partials import index_path
     from shearbatch.analysis.streamed import PartialSource
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"reduction {rep}: {r['wall_s']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB, "
               f"{r['from_partials']} from partials, {r['read']} read")  # fmt: skip
         red.append(r)
-    from shearbatch.analysis import extract as ex
+    from shearbatch.analysis import summary_table as ex
 
     rows = ex.read_summary(base / "summary.csv").to_dict("records")
     idx = json.loads((base / "summary.partials.json").read_text())

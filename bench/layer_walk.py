@@ -15,15 +15,15 @@ is imported or run. Then it counts:
 2. **Climbs.** Every node has a layer (:data:`LAYERS`, bottom first: the order of
    docs/design.md's package-layout map). A climb is a module import edge (distinct
    ``importer -> imported`` pair of modules) from a lower layer to a higher one.
-3. **The static walks from app/runner.py to the writer, and from app/stats.py to
+3. **The static walks from app/runner.py to the writer, and from app/stats_stage.py to
    bias_results.json.** The modules on some import path from ``shearbatch.app.runner`` to
-   ``shearbatch.io.writer`` (from ``shearbatch.app.stats`` to ``shearbatch.io.atomic``,
+   ``shearbatch.io.writer`` (from ``shearbatch.app.stats_stage`` to ``shearbatch.io.atomic``,
    which writes ``bias_results.json``; reachable from the first and reaching the second,
    both included): their number, their files, and the climbs among the edges between them.
 4. **The call walks** (``--calls``: runs a tiny Level 0 campaign, 2 realizations, MAP,
    one seed at two shears, in this process, through ``bias-run``'s click command, then
    ``bias-stats --no-plots`` on it): from the moment ``shearbatch.app.runner.run`` (for
-   ``bias-stats``: ``shearbatch.app.stats.run_stats``) is entered until it returns, every
+   ``bias-stats``: ``shearbatch.app.stats_stage.run_stats``) is entered until it returns, every
    call from one function of the package to another in the main thread
    (``sys.setprofile``; the writer threads and processes are not seen; calls made while
    JAX traces a program are). "Stops": the distinct functions called (``module:qualname``)
@@ -48,7 +48,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / PKG
 #: the layers, bottom first: a node imports only nodes of its own layer or below. A node of
 #: the package not listed here is reported (and counted at layer -1) so it cannot hide.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("base", {"_version", "settings", "process"}),
+    ("base", {"_version", "strict_model", "settings", "jax_setup"}),
     ("core", {"core", "render"}),
     ("io", {"io"}),
     ("schema", {"estimators", "schema"}),
@@ -184,7 +184,7 @@ def counts(src: Path = SRC) -> dict:
     graph = import_graph(src)
     folders = folder_graph(graph)
     stops = walk(graph, f"{PKG}.app.runner", f"{PKG}.io.writer")
-    stats = walk(graph, f"{PKG}.app.stats", f"{PKG}.io.atomic")
+    stats = walk(graph, f"{PKG}.app.stats_stage", f"{PKG}.io.atomic")
     mods = modules(src)
     return {
         "modules": len(graph),
@@ -207,7 +207,7 @@ def counts(src: Path = SRC) -> dict:
 
 def call_walk(workdir: Path) -> dict:
     """Run a tiny Level 0 campaign, then bias-stats on it, under a profiler (see the module
-    docstring, 4.): ``{"run": walk of app.runner.run, "stats": walk of app.stats.run_stats}``."""
+    docstring, 4.): ``{"run": walk of app.runner.run, "stats": walk of app.stats_stage.run_stats}``."""
     from shearbatch.cli import bias_run, bias_stats
 
     root = Path(__file__).resolve().parents[1]
@@ -216,7 +216,7 @@ def call_walk(workdir: Path) -> dict:
             "--cache-dir", "off", "--no-progress"]  # fmt: skip
     run = _profiled(bias_run, args, f"{PKG}.app.runner:run", (0,))
     stats = _profiled(bias_stats, ["--input", str(workdir / "runs"), "--no-plots"],
-                      f"{PKG}.app.stats:run_stats", (0, 1, 3))  # fmt: skip
+                      f"{PKG}.app.stats_stage:run_stats", (0, 1, 3))  # fmt: skip
     return {"run": run, "stats": stats}
 
 
@@ -312,13 +312,13 @@ def main(argv: list[str] | None = None) -> dict:
     for c in w["climbs"]:
         print("  climb: " + c)
     w = res["walk_stats_to_results"]
-    print(f"walk app/stats.py -> io/atomic.py (bias_results.json): {w['stops']} modules over "
+    print(f"walk app/stats_stage.py -> io/atomic.py (bias_results.json): {w['stops']} modules over "
           f"{len(w['files'])} files, {len(w['climbs'])} climbs")  # fmt: skip
     for f in w["files"]:
         print("  " + f)
     for c in w["climbs"]:
         print("  climb: " + c)
-    for key, entry in (("run", "app/runner.py:run"), ("stats", "app/stats.py:run_stats")):
+    for key, entry in (("run", "app/runner.py:run"), ("stats", "app/stats_stage.py:run_stats")):
         if "call_walk" not in res:
             break
         c = res["call_walk"][key]

@@ -69,7 +69,7 @@ class Campaign:
         ``bias-extract`` writes (:func:`shearbatch.app.campaign_table`: the realization
         directories plus the planned ones not started, each with ``in_plan``), as
         ``bias-stats`` reads it back."""
-        from .analysis.extract import load_thresholds
+        from .analysis.summary_table import load_thresholds
         from .app import campaign_table
 
         th = load_thresholds(convergence_config)

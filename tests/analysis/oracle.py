@@ -1,5 +1,5 @@
 """A plain reference for the numbers stage 3 reports (issue 56), written from their
-definitions in docs/statistics.md and the docstrings of ``analysis/stats.py`` and
+definitions in docs/statistics.md and the docstrings of ``analysis/bias_fits.py`` and
 ``analysis/verdict.py``, not from ``analysis/bias.py``: loops over rows, rings, pairs and
 seeds, each estimator recomputed from the rows it is about (no per-seed sums, no
 "total minus one seed").
@@ -19,7 +19,7 @@ seeds, each estimator recomputed from the rows it is about (no per-seed sums, no
   what is odd in e inside the ring.
 - **Pairs**: a pair id with exactly one +1 and one -1 row; ``D = (g_hat(+) - g_hat(-)) /
   2``, ``A = (g_hat(+) + g_hat(-)) / 2``, ``1 + m = sum w g D / sum w g^2``, ``c = sum w
-  A / sum w`` (stats.py); a pair weighs ``4 / (std_+^2 + std_-^2)`` with inverse-variance
+  A / sum w`` (bias_fits.py); a pair weighs ``4 / (std_+^2 + std_-^2)`` with inverse-variance
   weights. The estimator (``auto``) is the paired one when the usable rows hold a pair.
 - **Regression**: weighted least squares of ``g_hat`` on ``g_true``, ``g_hat = (1 + m)
   g_true + c``, computed centred (``b = sum w (x - xbar)(y - ybar) / sum w (x - xbar)^2``);
@@ -33,11 +33,11 @@ seeds, each estimator recomputed from the rows it is about (no per-seed sums, no
   seeds, ``Var = (G - 1) / G sum_k (theta_k - mean)^2`` (None with one seed or a
   non-finite replicate); the group bootstrap, ``theta_b`` refitted with each seed's rows
   counted ``n_bk`` times, ``n_b ~ Mult(G, 1/G)`` drawn by ``numpy.random.default_rng(seed)``
-  with the seeds in sorted label order (the draw stats.group_errors documents), std with
+  with the seeds in sorted label order (the draw bias_fits.group_errors documents), std with
   ``ddof = 1`` over the finite resamples. Reported: the jackknife for the regression and
   the offset, the bootstrap for the paired estimator (statistics.md: "jackknife errors
   over seeds (bootstrap for the paired estimator)"); the other when that one is missing.
-- **Coverage** (stats.py, :func:`coverage`): over every usable row, the fraction with
+- **Coverage** (bias_fits.py, :func:`coverage`): over every usable row, the fraction with
   ``q_lo <= g_true <= q_hi`` (q16-q84 for 0.68, q025-q975 for 0.95); binomial
   ``se = sqrt(p (1 - p) / n_seeds)`` with ``n_seeds`` the distinct seeds of the usable
   rows; pass inside ``[p - z se, p + z se]`` clipped to [0, 1], ``inconclusive`` below

@@ -10,7 +10,7 @@ import pytest
 
 from shearbatch.analysis.bias import measure_bias
 from shearbatch.analysis.result import BiasResult, Criterion, Requirement
-from shearbatch.app.stats import write_results
+from shearbatch.app.stats_stage import write_results
 
 OLD = sorted((Path(__file__).resolve().parents[1] / "data" / "bias_results").glob("*.json"))
 
@@ -92,7 +92,7 @@ def test_every_committed_result_round_trips_and_renders(path, tmp_path):
     """Each file (older ones lack requirement, design, warnings, scope, planning, or a
     criterion's quantile; their keys come in other orders) reads into the typed record
     and writes back to the same text; the summary and the HTML report render from it."""
-    from shearbatch.analysis.report import render_report, summary_lines
+    from shearbatch.analysis.report_text import render_report, summary_lines
     from shearbatch.analysis.result import Coverages, Fits, Prior, Sbc
 
     old = path.read_text()

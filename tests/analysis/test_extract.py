@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from shearbatch.analysis import extract
+from shearbatch.analysis import summary_table
 from shearbatch.cli import bias_extract, bias_run, bias_stats
-from shearbatch.core import flags as fl
+from shearbatch.core import failure_flags as fl
 from shearbatch.io import find_realization_dirs
 from tests.conftest import as_before_checksums
 
@@ -55,7 +55,7 @@ def test_extract_reports_each_status_and_stats_excludes_them(damaged, tmp_path):
     assert res.exit_code == 0, res.output
     assert "ok 9, failed 1, incomplete 1, corrupt 1" in res.output
     df = pd.read_csv(out, dtype={"run_id": str, "status": str})
-    assert list(df.columns) == extract.SUMMARY_COLUMNS
+    assert list(df.columns) == summary_table.SUMMARY_COLUMNS
     by = df.set_index("run_id")
     assert by.loc["g1_-0.0500_g2_+0.0000_s0", "status"] == "failed"
     assert "injected" in by.loc["g1_-0.0500_g2_+0.0000_s0", "reason"]
@@ -105,9 +105,9 @@ def test_old_convergence_json_without_a_mode_leaves_the_mode_empty(campaign, tmp
     as_before_checksums(tmp_path, campaign / "task0" / "campaign.json", records=False)
     shutil.copytree(d, old)
     (old / "convergence.json").write_text(json.dumps(conv))
-    row = extract.read_realization(old)
+    row = summary_table.read_realization(old)
     assert row["status"] == "ok" and row["g1_mode"] is None and row["g2_mode"] is None
-    assert extract.read_realization(d)["g1_mode"] == conv_mode(d)
+    assert summary_table.read_realization(d)["g1_mode"] == conv_mode(d)
 
 
 def test_older_names_of_the_point_estimate_are_still_read(campaign, tmp_path):
@@ -124,7 +124,7 @@ def test_older_names_of_the_point_estimate_are_still_read(campaign, tmp_path):
     as_before_checksums(tmp_path, campaign / "task0" / "campaign.json", records=False)
     shutil.copytree(d, old)
     (old / "convergence.json").write_text(json.dumps(conv))
-    row, new = extract.read_realization(old), extract.read_realization(d)
+    row, new = summary_table.read_realization(old), summary_table.read_realization(d)
     assert row["status"] == "ok" and row["point_estimate"] == "mode"
     assert (row["g1_mode"], row["g2_mode"]) == (new["g1_mode"], new["g2_mode"])
     assert row["g1_mode"] == conv_mode(d)
@@ -141,36 +141,36 @@ def conv_mode(d):
 
 
 def test_parallel_reads_equal_serial_reads(campaign):
-    serial = extract.extract_campaign(campaign, workers=1)
-    parallel = extract.extract_campaign(campaign, workers=2, chunk=2)
+    serial = summary_table.extract_campaign(campaign, workers=1)
+    parallel = summary_table.extract_campaign(campaign, workers=2, chunk=2)
     assert len(serial) == 12
     assert serial == parallel
 
 
 def test_nuts_convergence_uses_the_thresholds():
-    th = extract.Thresholds(rhat_max=1.01, ess_min=400, divergence_frac_max=0.0)
+    th = summary_table.Thresholds(rhat_max=1.01, ess_min=400, divergence_frac_max=0.0)
     good = {"method": "nuts", "flags": 0, "rhat": {"g1": 1.001, "g2": 1.002},
             "ess_bulk": {"g1": 900}, "ess_tail": {"g1": 800}, "divergence_frac": 0.0,
             "bfmi": [0.9, 1.0]}  # fmt: skip
-    assert extract.convergence_flags(good, th) == 0
-    bad = extract.convergence_flags({**good, "rhat": {"g1": 1.05, "g2": None}}, th)
+    assert summary_table.convergence_flags(good, th) == 0
+    bad = summary_table.convergence_flags({**good, "rhat": {"g1": 1.05, "g2": None}}, th)
     assert fl.names(bad) == ["RHAT_HIGH"]
-    bad = extract.convergence_flags({**good, "divergence_frac": 0.01}, th)
+    bad = summary_table.convergence_flags({**good, "divergence_frac": 0.01}, th)
     assert fl.names(bad) == ["DIVERGENCES"]
     # a gate bias-run set is re-evaluated against the thresholds given here
     stored = {**good, "flags": fl.flag("RHAT_HIGH"), "rhat": {"g1": 1.03, "g2": 1.0}}
-    assert extract.convergence_flags(stored, th) == fl.flag("RHAT_HIGH")
-    assert extract.convergence_flags(stored, th._replace(rhat_max=1.05)) == 0
+    assert summary_table.convergence_flags(stored, th) == fl.flag("RHAT_HIGH")
+    assert summary_table.convergence_flags(stored, th._replace(rhat_max=1.05)) == 0
     # MAP has no threshold gates: its own flags decide
-    assert extract.convergence_flags({"method": "map", "flags": 0}, th) == 0
+    assert summary_table.convergence_flags({"method": "map", "flags": 0}, th) == 0
     opt = fl.flag("OPT_NOT_CONVERGED")
-    assert extract.convergence_flags({"method": "map", "flags": opt}, th) == opt
+    assert summary_table.convergence_flags({"method": "map", "flags": opt}, th) == opt
 
 
 def test_thresholds_yaml_and_bad_input(tmp_path, campaign):
     y = tmp_path / "c.yaml"
     y.write_text("convergence: {rhat_max: 1.05, ess_min: 100}\n")
-    assert extract.load_thresholds(y).rhat_max == 1.05
+    assert summary_table.load_thresholds(y).rhat_max == 1.05
     y.write_text("convergence: {rhat_mx: 1.05}\n")
     res = CliRunner().invoke(bias_extract, ["--input-dir", str(campaign), "--output",
                                             str(tmp_path / "s.csv"), "--convergence-config", str(y)])  # fmt: skip

@@ -20,8 +20,8 @@ import sys
 import numpy as np
 import pytest
 
-from shearbatch import process
-from shearbatch.analysis import extract
+from shearbatch import jax_setup
+from shearbatch.analysis import summary_table
 from shearbatch.core.convergence import Convergence
 from shearbatch.io import write_realization
 
@@ -31,7 +31,7 @@ POP = {"kind": "truncnormal", "args": [0.0, 0.26, -0.9, 0.9]}
 
 def _probe_jax(_):
     """In a reader process: its environment, and the platform a JAX started there gets."""
-    env = {k: os.environ.get(k) for k in process.WORKER_ENV}
+    env = {k: os.environ.get(k) for k in jax_setup.WORKER_ENV}
     import jax
 
     return env, jax.devices()[0].platform
@@ -40,7 +40,7 @@ def _probe_jax(_):
 def _probe_read(directory):
     """In a reader process: one realization read as bias-extract reads it, and whether JAX
     was imported for it."""
-    row = extract._read_chunk(([directory], extract.DEFAULT_THRESHOLDS))[0]
+    row = summary_table._read_chunk(([directory], summary_table.DEFAULT_THRESHOLDS))[0]
     return "jax" in sys.modules, row
 
 
@@ -69,7 +69,7 @@ def interim_realization(root, seed=0, g=(0.02, 0.0)):
 def test_reader_processes_start_no_accelerator(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cuda")  # what a GPU node's environment may hold
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
-    reports = list(extract.map_cpu_only(_probe_jax, [0, 1], workers=2))
+    reports = list(summary_table.map_cpu_only(_probe_jax, [0, 1], workers=2))
     for env, platform in reports:
         assert env == {"JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         assert platform == "cpu"
@@ -79,7 +79,7 @@ def test_reader_processes_start_no_accelerator(monkeypatch):
 
 def test_an_interim_realization_is_read_without_jax_as_before(tmp_path):
     d = interim_realization(tmp_path)
-    (imported, row), = extract.map_cpu_only(_probe_read, [str(d)], workers=1)  # fmt: skip
+    (imported, row), = summary_table.map_cpu_only(_probe_read, [str(d)], workers=1)  # fmt: skip
     assert not imported
     assert row["status"] == "ok" and row["shear_model"] == "interim"
     assert row["pop_n_galaxies"] == M
@@ -121,12 +121,12 @@ def test_the_sidecar_is_written_without_a_concatenated_copy_and_reads_back(tmp_p
     rows = []
     for seed in range(3):
         d = interim_realization(tmp_path / "camp", seed=seed)
-        rows.append(extract.read_realization(d, keep_draws=True))
+        rows.append(summary_table.read_realization(d, keep_draws=True))
     rows[1]["_population"] = {**rows[1]["_population"],  # a realization with fewer draws
                               "eps": rows[1]["_population"]["eps"][:, :150],
                               "log_base": rows[1]["_population"]["log_base"][:, :150]}  # fmt: skip
-    path = extract.write_population(rows, tmp_path / "summary.population.npz")
-    want = extract.population_arrays(rows)
+    path = summary_table.write_population(rows, tmp_path / "summary.population.npz")
+    want = summary_table.population_arrays(rows)
     with np.load(path) as z:
         assert z.files == list(want)
         for k in z.files:

@@ -14,8 +14,8 @@ convergence, non-finite estimates, unfinished and unplanned rows, both component
 constant g2 too), unweighted and inverse-variance fits, split into 2 to 6 parts.
 
 Checked to fail (issue 56's "Done when"; tests/analysis/test_parts.py passes with each):
-the jackknife's ``(G - 1) / G`` replaced by ``1 / G`` in ``stats.group_errors`` (m_err
-0.00314 against the oracle's 0.00703 on 6 seeds); ``stats.pair_table``'s -g rows rolled by
+the jackknife's ``(G - 1) / G`` replaced by ``1 / G`` in ``bias_fits.group_errors`` (m_err
+0.00314 against the oracle's 0.00703 on 6 seeds); ``bias_fits.pair_table``'s -g rows rolled by
 one pair (rows of other seeds: the truths no longer flip, the regression and its
 jackknife are reported instead of the paired bootstrap); each pair's -g row taken from
 another seed at the same grid point and rotation in ``bias.measure_part`` (m and c
@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from shearbatch.analysis import bias
-from shearbatch.analysis.extract import read_summary
 from shearbatch.analysis.parts import InMemory, open_table
+from shearbatch.analysis.summary_table import read_summary
 
 from . import oracle
 

@@ -22,8 +22,8 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from shearbatch.analysis import extract, pooled
 from shearbatch.analysis import partials as ap
+from shearbatch.analysis import pooled, summary_table
 from shearbatch.analysis.streamed import PartialSource, streamed_fits
 from shearbatch.cli import bias_extract
 from shearbatch.io import partials as pio
@@ -47,15 +47,15 @@ def _campaign(root, seeds=range(SEEDS)):
 
 
 def _fits_in_memory(root):
-    rows = extract.extract_campaign(root, workers=1)
-    pop = pooled.from_arrays(extract.population_arrays(rows))
-    return pooled.pooled_fits(extract.summary_frame(rows), pop, paired=False, threads=1)
+    rows = summary_table.extract_campaign(root, workers=1)
+    pop = pooled.from_arrays(summary_table.population_arrays(rows))
+    return pooled.pooled_fits(summary_table.summary_frame(rows), pop, paired=False, threads=1)
 
 
 def _fits_streamed(root, tmp, block=7):
-    rows, index = ap.gather(root, extract.DEFAULT_THRESHOLDS, workers=1)
+    rows, index = ap.gather(root, summary_table.DEFAULT_THRESHOLDS, workers=1)
     idx = ap.write_index(index, tmp / "summary.partials.json")
-    fits = streamed_fits(extract.summary_frame(rows), PartialSource(idx), paired=False,
+    fits = streamed_fits(summary_table.summary_frame(rows), PartialSource(idx), paired=False,
                          threads=1, block=block)  # fmt: skip
     return fits, rows, index
 
@@ -105,18 +105,18 @@ def test_streamed_fit_equals_the_in_memory_fit(camp, tmp_path):
 def test_array_task_partials_cover_the_campaign_and_the_reduction_reads_none(camp, tmp_path):
     root = _fresh(camp, tmp_path)
     for t in range(3):
-        path, n = ap.extract_slice(root, t, 3, extract.DEFAULT_THRESHOLDS)
+        path, n = ap.extract_slice(root, t, 3, summary_table.DEFAULT_THRESHOLDS)
         assert path.name == f"task-{t:05d}-of-00003.nc" and n > 0
         assert pio.verify(path) is None
         kept, lean = pio.Partial(path), pio.Partial(path, keep_rows=False)
         # the streamed fit's lean partial: the run ids in memory, the rows read on demand
         assert lean.run_ids == [r["run_id"] for r in kept.rows] and lean._rows is None
-        assert extract.summary_text(lean.rows) == extract.summary_text(kept.rows)
+        assert summary_table.summary_text(lean.rows) == summary_table.summary_text(kept.rows)
     fits, rows, index = _fits_streamed(root, tmp_path)
     assert index["counts"]["from_partials"] == SEEDS * len(GRID)
     assert index["counts"]["read"] == 0
-    whole = extract.extract_campaign(root, workers=1)
-    assert extract.summary_text(rows) == extract.summary_text(whole)
+    whole = summary_table.extract_campaign(root, workers=1)
+    assert summary_table.summary_text(rows) == summary_table.summary_text(whole)
     _same_fits(camp[1], fits)
 
 
@@ -133,7 +133,7 @@ def test_a_grown_campaign_is_read_only_where_it_grew(camp, tmp_path):
 def test_a_partial_with_a_flipped_byte_is_found_and_its_realizations_read_again(camp, tmp_path):
     root = _fresh(camp, tmp_path)
     for t in range(2):
-        ap.extract_slice(root, t, 2, extract.DEFAULT_THRESHOLDS)
+        ap.extract_slice(root, t, 2, summary_table.DEFAULT_THRESHOLDS)
     bad = root / "partials" / "task-00001-of-00002.nc"
     data = bytearray(bad.read_bytes())
     data[len(data) // 2] ^= 0x10  # inside the draws
@@ -147,7 +147,7 @@ def test_a_partial_with_a_flipped_byte_is_found_and_its_realizations_read_again(
 
 def test_a_partial_left_stale_by_a_redone_realization_is_not_used_for_it(camp, tmp_path):
     root = _fresh(camp, tmp_path)
-    ap.extract_slice(root, 0, 1, extract.DEFAULT_THRESHOLDS)
+    ap.extract_slice(root, 0, 1, summary_table.DEFAULT_THRESHOLDS)
     # a realization redone (other data: another seed's galaxies under the same name)
     rid = "g1_+0.0200_g2_+0.0000_s3"
     shutil.rmtree(root / rid)
@@ -157,12 +157,12 @@ def test_a_partial_left_stale_by_a_redone_realization_is_not_used_for_it(camp, t
     assert index["counts"]["stale"] == 1 and index["counts"]["read"] == 1
     _same_fits(_fits_in_memory(root), fits)
     row = next(r for r in rows if r["run_id"] == rid)
-    assert row["g1_mean"] == pytest.approx(extract.read_realization(root / rid)["g1_mean"])
+    assert row["g1_mean"] == pytest.approx(summary_table.read_realization(root / rid)["g1_mean"])
 
 
 def test_a_partial_duplicated_under_another_name_is_counted_once(camp, tmp_path):
     root = _fresh(camp, tmp_path)
-    src = ap.extract_slice(root, 0, 1, extract.DEFAULT_THRESHOLDS)[0]
+    src = ap.extract_slice(root, 0, 1, summary_table.DEFAULT_THRESHOLDS)[0]
     for suffix in ("", ".sum.json"):
         shutil.copy(f"{src}{suffix}", f"{root / 'partials' / 'zz-copy.nc'}{suffix}")
     fits, _, index = _fits_streamed(root, tmp_path)
@@ -174,14 +174,16 @@ def test_a_partial_duplicated_under_another_name_is_counted_once(camp, tmp_path)
 
 def test_a_partial_changed_after_the_index_is_refused_by_the_fit(camp, tmp_path):
     root = _fresh(camp, tmp_path)
-    rows, index = ap.gather(root, extract.DEFAULT_THRESHOLDS, workers=1)
+    rows, index = ap.gather(root, summary_table.DEFAULT_THRESHOLDS, workers=1)
     idx = ap.write_index(index, tmp_path / "summary.partials.json")
     part = root / index["partials"][0]["path"] if not index["partials"][0]["path"].startswith(
         "/") else index["partials"][0]["path"]  # fmt: skip
     with open(part, "ab") as fh:
         fh.write(b"\0")
     with pytest.raises(ValueError, match="not the one bias-extract indexed"):
-        streamed_fits(extract.summary_frame(rows), PartialSource(idx), paired=False, threads=1)
+        streamed_fits(
+            summary_table.summary_frame(rows), PartialSource(idx), paired=False, threads=1
+        )
 
 
 def test_array_task_flags_are_checked_before_anything_is_read(camp, tmp_path):

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from shearbatch.analysis import bias, stats
-from shearbatch.analysis.extract import read_summary
+from shearbatch.analysis import bias, bias_fits
 from shearbatch.analysis.parts import InMemory, SummaryParts, _seed_key, open_table
+from shearbatch.analysis.summary_table import read_summary
 from shearbatch.cli import bias_stats
 
 from .test_compare import _table as host_table
@@ -73,7 +73,7 @@ def _whole(tmp_path, df: pd.DataFrame) -> InMemory:
 
 @pytest.mark.parametrize("estimator", ["paired", "regression"])
 def test_parts_give_the_whole_tables_result_bit_for_bit(tmp_path, estimator, monkeypatch):
-    monkeypatch.setattr(stats, "BOOT_CHUNK_CELLS", 60 * 7)  # the bootstrap in chunks too
+    monkeypatch.setattr(bias_fits, "BOOT_CHUNK_CELLS", 60 * 7)  # the bootstrap in chunks too
     df = _campaign()
     whole = bias.measure_bias(_whole(tmp_path, df), estimator=estimator, n_boot=200)
     with _parts(tmp_path, df, 5) as parts:
@@ -180,12 +180,12 @@ def test_the_bootstrap_in_chunks_draws_the_same_resamples():
     def fn(s):
         return s[..., :2] / s[..., 2:3]
 
-    one = stats.group_errors(sums, fn, n_boot=400, seed=3)
-    old = stats.BOOT_CHUNK_CELLS
+    one = bias_fits.group_errors(sums, fn, n_boot=400, seed=3)
+    old = bias_fits.BOOT_CHUNK_CELLS
     try:
-        stats.BOOT_CHUNK_CELLS = 3000 * 7
-        chunked = stats.group_errors(sums, fn, n_boot=400, seed=3)
+        bias_fits.BOOT_CHUNK_CELLS = 3000 * 7
+        chunked = bias_fits.group_errors(sums, fn, n_boot=400, seed=3)
     finally:
-        stats.BOOT_CHUNK_CELLS = old
+        bias_fits.BOOT_CHUNK_CELLS = old
     np.testing.assert_allclose(chunked["boot"], one["boot"], rtol=1e-12)
     assert chunked["n_boot"] == one["n_boot"] == 400

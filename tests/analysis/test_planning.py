@@ -169,12 +169,12 @@ def test_worst_realizations_are_one_per_seed():
 
 
 def test_the_report_says_unfinished_and_shows_the_planning_lines():
-    from shearbatch.analysis import report
+    from shearbatch.analysis import report_text
 
     df = known_table(40, 0.0, 0.05)
     df = pd.concat([df, pd.DataFrame({"run_id": ["n0", "n1"], "status": "incomplete"})])
     res, _, _ = bias.measure_bias(df, requirement="desc-srd-y10", target_sigma_m=1e-3)
-    html = report.render_report(res, [], report.failures_by_flag(df), {"command": "x"})
+    html = report_text.render_report(res, [], report_text.failures_by_flag(df), {"command": "x"})
     assert "INCONCLUSIVE</span> — unfinished: 80 of 82 planned realizations complete" in html
     assert "requirement <b>desc-srd-y10</b>" in html and "arXiv:1809.01669" in html
     assert "sigma_m1 = 0.001: ~5129 realizations" in html and "<h2>Planning</h2>" in html

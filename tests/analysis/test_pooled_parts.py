@@ -29,9 +29,9 @@ import pytest
 from click.testing import CliRunner
 
 from shearbatch.analysis import bias, pooled
-from shearbatch.analysis.extract import read_summary
 from shearbatch.analysis.parts import InMemory, SummaryParts
 from shearbatch.analysis.streamed import PartialSource
+from shearbatch.analysis.summary_table import read_summary
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from tests.conftest import write_config
 

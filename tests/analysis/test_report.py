@@ -121,7 +121,7 @@ def test_report_to_a_directory_is_rejected_before_anything_is_written(reported, 
 def test_failures_are_counted_by_status_and_flag():
     import pandas as pd
 
-    from shearbatch.analysis.report import failures_by_flag
+    from shearbatch.analysis.report_text import failures_by_flag
 
     df = pd.DataFrame({"status": ["ok", "ok", "failed", "incomplete"],
                        "flags": ["", "DIVERGENCES|RHAT", "OPT_NOT_CONVERGED", None]})  # fmt: skip
@@ -134,12 +134,12 @@ def test_failures_are_counted_by_status_and_flag():
 def test_sbc_results_are_tabulated(reported):
     import pandas as pd
 
-    from shearbatch.analysis import bias, report
+    from shearbatch.analysis import bias, report_text
 
     tmp, _, _ = reported
     df = pd.read_csv(tmp / "s.csv", dtype={"run_id": str, "pair_id": str, "status": str})
     res, _, _ = bias.measure_bias(df, sbc_mode="on")
-    html = report.render_report(res, [], report.failures_by_flag(df), {"command": "x"})
+    html = report_text.render_report(res, [], report_text.failures_by_flag(df), {"command": "x"})
     sbc = html.split("Simulation-based calibration", 1)[1].split("<h2>", 1)[0]
     assert "χ² p-value" in sbc and f"{res.sbc.g1.p_value:.3g}" in sbc
     assert "inconclusive" in sbc  # 3 seeds < min_seeds
@@ -174,6 +174,6 @@ def test_stamps_that_cannot_be_rendered_fail_in_one_line(tmp_path):
     directory that is no campaign), which the report's warning quotes; nothing written."""
     from shearbatch.app.stamps import StampsFailed, stamps_png
 
-    with pytest.raises(StampsFailed, match="no config.yaml or campaign.json config"):
+    with pytest.raises(StampsFailed, match=r"no config\.yaml or campaign\.json config"):
         stamps_png(tmp_path, ["g1_+0.0500_g2_+0.0500_s0"], tmp_path / "stamps.png")
     assert not (tmp_path / "stamps.png").exists()

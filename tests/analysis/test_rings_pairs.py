@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shearbatch.analysis.stats import complete_rings, pair_table
+from shearbatch.analysis.bias_fits import complete_rings, pair_table
 
 
 def pairs_by_definition(pair_id, pair_sign):

@@ -19,8 +19,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from shearbatch.analysis import bias, extract
-from shearbatch.analysis.extract import FLAG_COLUMNS, SUMMARY_COLUMNS, TEXT_COLUMNS, read_summary
+from shearbatch.analysis import bias, summary_table
+from shearbatch.analysis.summary_table import (
+    FLAG_COLUMNS,
+    SUMMARY_COLUMNS,
+    TEXT_COLUMNS,
+    read_summary,
+)
 from shearbatch.cli import bias_stats
 
 GRID = (-0.05, -0.02, 0.02, 0.05)
@@ -105,7 +110,7 @@ def summaries(tmp_path_factory):
         todo = np.array([r["reason"] == NOT_STARTED for r in ordered])
         # some chunk of the parser (the last may be shorter) holds not-started rows alone
         assert any(todo[k : k + chunk].all() for k in range(0, len(todo), chunk))
-        out[how] = extract.write_summary(ordered, root / f"{how.replace(' ', '_')}.csv")
+        out[how] = summary_table.write_summary(ordered, root / f"{how.replace(' ', '_')}.csv")
         assert out[how].stat().st_size > 4 * 2**20
     return out
 
@@ -153,7 +158,7 @@ def test_bias_stats_judges_the_complete_ones_and_counts_the_rest(summaries, tmp_
     """The real command on the stopped campaign: INCONCLUSIVE (unfinished, exit 3), the
     verdict of the complete realizations (the one a table of those alone gets), and a
     line with the count of the incomplete ones; the same when the table is read in parts
-    by seed (analysis/parts.py) and its point estimates scanned (app/stats.py)."""
+    by seed (analysis/parts.py) and its point estimates scanned (app/stats_stage.py)."""
     path = summaries["done first"]
     table = read_summary(path)
     alone = bias.measure_bias(table[table["status"] != "incomplete"], requirement="level0")

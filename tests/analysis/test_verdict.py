@@ -242,7 +242,7 @@ def test_two_seeds_at_survey_snr_are_inconclusive_never_fail(tmp_path):
 def test_forty_seeds_with_a_real_bias_still_fail(tmp_path):
     """A synthetic summary.csv of 40 seeds x 4 grid points with m1 = 0.01 planted (sigma_m
     ~1.6e-3): the Student-t bound (q = 2.07 for 39 dof) still FAILs it, exit 1."""
-    from tests.analysis.test_stats import M_TRUE, grid_table
+    from tests.analysis.test_bias_fits import M_TRUE, grid_table
 
     csv = tmp_path / "summary.csv"
     grid_table(np.random.default_rng(5), n_seeds=40).to_csv(csv, index=False)

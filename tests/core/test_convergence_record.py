@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from shearbatch.core import flags as fl
+from shearbatch.core import failure_flags as fl
 from shearbatch.core.convergence import Convergence
 from shearbatch.io import inspect_realization, read_json, write_realization
 from shearbatch.io.writer import to_strict_json

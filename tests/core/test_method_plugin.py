@@ -23,13 +23,13 @@ import pytest
 from click.testing import CliRunner
 
 from shearbatch.cli import bias_extract, bias_run, bias_stats
-from shearbatch.core import arrow, methods
-from shearbatch.core.flags import flag
+from shearbatch.core import block_arrow, methods
+from shearbatch.core.failure_flags import flag
 from shearbatch.core.methods import Diagnosis, Draws, Method
 from shearbatch.core.methods import map as map_
 from shearbatch.io import find_realization_dirs, read_json, read_posterior
 from shearbatch.schema import ConfigError, load_config
-from shearbatch.settings import Count, Positive, StrictModel
+from shearbatch.strict_model import Count, Positive, StrictModel
 from tests.conftest import write_config
 
 # --------------------------------------------------------------------------- the method's file
@@ -66,7 +66,7 @@ def rwm_fit(rng_key, obs, posterior, cfg: RwmConfig, start: map_.MapConfig) -> D
         x, ux, n_acc = carry
         k_prop, k_acc = jax.random.split(key)
         z = jax.random.normal(k_prop, (d,), x.dtype)
-        y = x + scale * arrow.apply_scale(lap.factor, z, layout)
+        y = x + scale * block_arrow.apply_scale(lap.factor, z, layout)
         uy = u(y)
         accept = jnp.log(jax.random.uniform(k_acc, (), x.dtype)) < ux - uy
         return (jnp.where(accept, y, x), jnp.where(accept, uy, ux), n_acc + accept), x

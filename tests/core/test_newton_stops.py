@@ -41,8 +41,8 @@ import pytest
 import yaml
 
 from shearbatch.campaign import plan_campaign
-from shearbatch.core import arrow
-from shearbatch.core.flags import flag
+from shearbatch.core import block_arrow
+from shearbatch.core.failure_flags import flag
 from shearbatch.core.methods import map as map_
 from shearbatch.core.methods.base import Draws
 from shearbatch.core.posterior import build_posterior
@@ -321,7 +321,7 @@ def test_gauss_newton_spending_the_budget_reports_the_exact_hessian_there(seed75
     spec, _ = level2(gauss_newton_precision=None)
     post = build_posterior(spec.model)
     objective, layout = post.potential_fn, post.layout
-    blocks = arrow.blocks_fn(objective, layout)
+    blocks = block_arrow.blocks_fn(objective, layout)
     afresh = jax.jit(lambda opt, o: map_._laplace_at(opt, blocks(opt.x, o), o, objective, layout))
     spent = [f for f in seed754[0] if int(f.lap.opt.gn_steps) == STEPS]
     assert len(spent) >= 3

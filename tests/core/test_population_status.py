@@ -138,7 +138,7 @@ def test_bias_stats_reports_each_pooled_fit_numerical_error_and_flags_a_bad_one(
     from functools import partial
 
     from shearbatch.analysis import pooled
-    from shearbatch.analysis.report import _numerical_line
+    from shearbatch.analysis.report_text import _numerical_line
     from shearbatch.analysis.result import GridPoint
 
     use, population = _campaign()

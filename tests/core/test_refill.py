@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from shearbatch.campaign import plan_campaign
-from shearbatch.core import arrow
+from shearbatch.core import block_arrow
 from shearbatch.core.compare import agreement
 from shearbatch.core.methods import map as map_
 from shearbatch.core.methods.refill import refill_loop
@@ -171,7 +171,7 @@ def laplace_fits(level2):
     @jax.jit
     def refilled(obs):
         opt, h, executed = map_.laplace_batch(obs, post, settings, objective, LANES)
-        fac, ok = jax.vmap(arrow.factor)(h)
+        fac, ok = jax.vmap(block_arrow.factor)(h)
         return opt, fac, ok, executed
 
     lockstep = jax.jit(jax.vmap(lambda o: map_.laplace(o, post, settings, objective)))
@@ -214,7 +214,6 @@ def test_the_campaign_records_the_refilled_batchs_efficiency(level2, module_tmp,
     """bias-run's engine runs the refilled program and records what it executed in every
     convergence.json's batch section, and logs it."""
     import json
-
 
     spec = level2[0]
     plan = plan_campaign([0.02], n_realizations=2, base_seed=0, paired=True,

@@ -2,7 +2,7 @@
 made from, as float32, and everything downstream of it is unchanged.
 
 The pooled population fit reads the interim draws as float32 with each galaxy's largest
-log-weight subtracted (``analysis.extract.compact_draws``); a campaign that stores exactly
+log-weight subtracted (``analysis.summary_table.compact_draws``); a campaign that stores exactly
 that must give the same summary.csv, the same pooled inputs and the same bias_results.json
 as one that stores every latent in float64. Same seeds, same program: the comparison is
 exact, not within a tolerance.

@@ -55,7 +55,7 @@ def test_the_fingerprint_follows_the_code_that_computes_results(tmp_path):
     shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
     same = fingerprint(root)
     assert same == fingerprint()
-    for part in ("analysis/extract.py", "io/writer.py", "cli/run.py", "app/plan.py"):
+    for part in ("analysis/summary_table.py", "io/writer.py", "cli/run.py", "app/plan.py"):
         (root / part).write_text((root / part).read_text() + "\n# a comment\n")
         assert fingerprint(root) == same, part  # reading, storage, the command line
     for part in ("core/methods/map.py", "engine/loop.py", "core/render.py"):

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from shearbatch.analysis.extract import read_realization
+from shearbatch.analysis.summary_table import read_realization
 from shearbatch.io import (
     CONVERGENCE,
     POSTERIOR,

@@ -23,13 +23,13 @@ ALLOWED = {
     ("io/writer.py", "_write_netcdf4", ".Dataset"): "netCDF4 writes the temporary file "
     "that atomic.put_with hands it (write_posterior_nc), or a template's sentinel file "
     "(atomic.temporary_path, read and removed at once)",
-    ("analysis/extract.py", "write_population", ".ZipFile"): "into the temporary file of "
+    ("analysis/summary_table.py", "write_population", ".ZipFile"): "into the temporary file of "
     "atomic.replacing",
-    ("analysis/extract.py", "write_population", ".open"): "members of that archive",
+    ("analysis/summary_table.py", "write_population", ".open"): "members of that archive",
     ("io/partials.py", "write_partial", ".Dataset"): "netCDF4 writes the temporary file of "
     "atomic.replacing (the partial; its checksum record after it, through atomic)",
     ("app/preview.py", "preview", ".savefig"): "into the temporary file of atomic.replacing",
-    ("app/report.py", "_png", ".savefig"): "into memory (BytesIO), then atomic.write_bytes",
+    ("app/report_files.py", "_png", ".savefig"): "into memory (BytesIO), then atomic.write_bytes",
     ("analysis/parts.py", "_split", "open"): "bias-stats' seed parts of a summary.csv, in a "
     "private temporary folder (tempfile.mkdtemp) read back and removed by the same process",
     ("analysis/parts.py", "close", "shutil.rmtree"): "removes that temporary folder",

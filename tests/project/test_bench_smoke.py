@@ -233,7 +233,7 @@ def test_layer_walk_prints_and_writes_its_counts(capsys):
     res = lw.main([])
     text = capsys.readouterr().out
     assert f"{res['modules']} modules; layers" in text and "folder cycles:" in text
-    assert "walk app/stats.py -> io/atomic.py" in text and "call_walk" not in res
+    assert "walk app/stats_stage.py -> io/atomic.py" in text and "call_walk" not in res
     assert json.loads(json.dumps(lw.main(["--json"]))) == json.loads(capsys.readouterr().out)
 
 
@@ -295,7 +295,7 @@ def test_layer_walk_calls(capsys):
     with runtime.scoped():
         res = lw.main(["--calls"])
     text = capsys.readouterr().out
-    for key, entry in (("run", "app/runner.py:run"), ("stats", "app/stats.py:run_stats")):
+    for key, entry in (("run", "app/runner.py:run"), ("stats", "app/stats_stage.py:run_stats")):
         assert res["call_walk"][key]["stops"] > 0
         assert f"call walk from {entry}:" in text
 

@@ -1,7 +1,7 @@
 """No import cycle between the package's folders, not only between its files.
 
 The nodes are the package's folders (``core``, ``io``, ``engine``, ``analysis`` ...) and
-its top-level modules (``spec``, ``campaign``, ``process`` ...); a module of one imports a
+its top-level modules (``spec``, ``campaign``, ``jax_setup`` ...); a module of one imports a
 module of the other (any import statement, deferred ones included: the graph of
 tests/project/test_import_cycles.py) gives an edge. Before issue 46, ``io/writer.py ->
 runtime.py -> exported.py -> io/atomic.py`` and ``core/generate.py -> exported.py`` made

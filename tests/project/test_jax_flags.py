@@ -1,9 +1,9 @@
-"""JAX flags are set in one function, never at import time: ``shearbatch.process.set_flags``
+"""JAX flags are set in one function, never at import time: ``shearbatch.jax_setup.set_flags``
 is the only caller of ``jax.config.update`` in the package, no other module names a JAX
-flag (``process`` holds which flags an entry point sets and which a traced program
+flag (``jax_setup`` holds which flags an entry point sets and which a traced program
 depends on), and no module calls
 ``set_flags`` (or ``jax.config.update``) in its module body; the entry points' set-up
-(``engine.runtime.configure``, ``process.cpu_only_worker``, ``engine.runtime.scoped``)
+(``engine.runtime.configure``, ``jax_setup.cpu_only_worker``, ``engine.runtime.scoped``)
 calls it. Read with :mod:`ast`, nothing imported."""
 
 import ast
@@ -54,10 +54,10 @@ def _setters(src=SRC):
     return found
 
 
-def test_only_process_set_flags_updates_jax_config_and_nothing_at_import():
+def test_only_jax_setup_set_flags_updates_jax_config_and_nothing_at_import():
     found = _setters()
     updates = {f for f, calls in found.items() for _, name, _ in calls if name == "config.update"}
-    assert updates == {"process.py"}, f"jax.config.update outside process.set_flags: {updates}"
+    assert updates == {"jax_setup.py"}, f"jax.config.update outside jax_setup.set_flags: {updates}"
     at_import = {f: [c for c in calls if c[2]] for f, calls in found.items()}
     assert not any(at_import.values()), f"JAX flags set at import time: {at_import}"
 
@@ -67,7 +67,7 @@ def test_the_check_finds_a_flag_set_at_import(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "a.py").write_text("import jax\njax.config.update('jax_enable_x64', True)\n")
-    (pkg / "b.py").write_text("from .process import set_flags\n\ndef f():\n    set_flags({})\n")
+    (pkg / "b.py").write_text("from .jax_setup import set_flags\n\ndef f():\n    set_flags({})\n")
     found = _setters(pkg)
     assert found["a.py"] == [(2, "config.update", True)]
     assert found["b.py"] == [(4, "set_flags", False)]
@@ -84,18 +84,18 @@ def _flag_names(src=SRC):
     return found
 
 
-def test_jax_flags_are_named_in_process_alone():
+def test_jax_flags_are_named_in_jax_setup_alone():
     """Which flags an entry point sets, which a traced program depends on, and their
-    values: all :mod:`shearbatch.process`'s; the engine calls its functions."""
+    values: all :mod:`shearbatch.jax_setup`'s; the engine calls its functions."""
     found = _flag_names()
-    assert set(found) == {"process.py"}, f"JAX flags named outside process.py: {found}"
-    assert {"jax_enable_x64", "jax_compilation_cache_dir"} <= found["process.py"]
+    assert set(found) == {"jax_setup.py"}, f"JAX flags named outside jax_setup.py: {found}"
+    assert {"jax_enable_x64", "jax_compilation_cache_dir"} <= found["jax_setup.py"]
 
 
 def test_the_name_check_finds_a_flag_named_elsewhere(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "process.py").write_text("FLAGS = ('jax_enable_x64',)\n")
+    (pkg / "jax_setup.py").write_text("FLAGS = ('jax_enable_x64',)\n")
     (pkg / "runtime.py").write_text("KEYS = ['jax_compilation_cache_dir', 'jax-not-a-flag']\n")
-    assert _flag_names(pkg) == {"process.py": {"jax_enable_x64"},
+    assert _flag_names(pkg) == {"jax_setup.py": {"jax_enable_x64"},
                                 "runtime.py": {"jax_compilation_cache_dir"}}  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import shearbatch
-from shearbatch.analysis.extract import FLAG_COLUMNS, read_summary
+from shearbatch.analysis.summary_table import FLAG_COLUMNS, read_summary
 from shearbatch.cli import bias_extract, bias_run, bias_stats
 from shearbatch.io import to_strict_json
 

@@ -6,7 +6,7 @@ requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
 0. :class:`Settings`: the options (estimator, point estimate, weights, resamples, SBC,
    target sigma_m), each checked there and nowhere else (:class:`BadSetting` names it);
    the requirement comes chosen and resolved
-   (:func:`shearbatch.app.stats.choose_requirement`), or as a name resolved here;
+   (:func:`shearbatch.app.stats_stage.choose_requirement`), or as a name resolved here;
 1. :func:`scan_part` per part, a :class:`~shearbatch.analysis.parts.PartScan`
    (:func:`prepare_table`: the current column names, the required columns;
    :func:`~shearbatch.analysis.scope.scope`: the rows judged and whether the campaign is
@@ -16,7 +16,7 @@ requirement, as a :class:`~shearbatch.analysis.result.BiasResult`.
 2. :func:`measure_part` per part, a :class:`~shearbatch.analysis.parts.PartSums`, folded
    likewise: the usable rows (:func:`usable_rows`), the complete
    rings and pairs, the per-seed sums of ``g_hat = (1 + m) g_true + c`` per component
-   (:mod:`shearbatch.analysis.stats`: regression, paired, constant truth), the coverage
+   (:mod:`shearbatch.analysis.bias_fits`: regression, paired, constant truth), the coverage
    and rank counts, the notes' inputs, the host estimators' sums;
 3. from the folded sums: the estimator (``auto``: ``paired`` when there are +g/-g pairs),
    the fits with errors over seeds (or, for an interim-model campaign, the population
@@ -50,7 +50,16 @@ import numpy as np
 
 from ..core.priors import PRIOR_PULL_MAX, campaign_pull
 from ..schema import requirements as rq
-from . import stats
+from . import bias_fits
+from .bias_fits import (
+    WEIGHTS,
+    Fit,
+    SeedSums,
+    complete_rings,
+    error_label,
+    has_pairs,
+    pair_table,
+)
 from .parts import (
     BadTruth,
     CompSums,
@@ -65,15 +74,6 @@ from .parts import (
 )
 from .result import BiasResult, Criterion, Requirement, Scope
 from .scope import scope
-from .stats import (
-    WEIGHTS,
-    Fit,
-    SeedSums,
-    complete_rings,
-    error_label,
-    has_pairs,
-    pair_table,
-)
 from .verdict import criteria, overall, planning
 
 __all__ = [
@@ -238,10 +238,10 @@ def noise_note(estimates: set[str], snr: np.ndarray) -> dict[str, Any] | None:
 
 
 def warning_counts(use: Any) -> dict[str, int]:
-    """``{flag: realizations}`` of the warning flags (:data:`shearbatch.core.flags.WARNINGS`)
+    """``{flag: realizations}`` of the warning flags (:data:`shearbatch.core.failure_flags.WARNINGS`)
     among the USED rows (e.g. ``POP_WEIGHTS_COLLAPSED``: a galaxy's population weights
     collapsed; the realization is kept)."""
-    from ..core import flags as fl
+    from ..core import failure_flags as fl
 
     if "flags" not in use:
         return {}
@@ -329,7 +329,7 @@ def measure_bias(
     :func:`scan_part`, :func:`measure_part`).
 
     ``requirement``: a :class:`~shearbatch.analysis.result.Requirement` already chosen and
-    resolved (:func:`shearbatch.app.stats.choose_requirement`: used as it is, ``chosen``
+    resolved (:func:`shearbatch.app.stats_stage.choose_requirement`: used as it is, ``chosen``
     included), or the name of a preset of :data:`shearbatch.schema.requirements.REQUIREMENTS`
     or an alias (``level_0``...), resolved here (``requirement.chosen`` is then left for the
     caller). ``acceptance``: overrides of its criteria
@@ -474,12 +474,16 @@ def scan_part(df: Any, include_unplanned: bool = False) -> PartScan:
     and checks it (:func:`_merged_point`, per candidate), the bad truths
     (:func:`_merged_truth_check`), the host estimators present per candidate point, the
     failures by flag and the worst-converged candidates."""
-    from . import report
+    from . import report_text
     from .compare import present
     from .plots import worst_rows
 
     df = prepare_table(df)
-    failures, worst, columns = report.failures_by_flag(df), worst_rows(df, 3), tuple(df.columns)
+    failures, worst, columns = (
+        report_text.failures_by_flag(df),
+        worst_rows(df, 3),
+        tuple(df.columns),
+    )
     df, sc = scope(df, include_unplanned)
     status, conv = _ok_converged(df)
     n_of = {s: int((status == s).sum()) for s in ("ok", "failed", "incomplete", "corrupt")}
@@ -572,7 +576,7 @@ def measure_part(
     keep_usable: bool = False,
 ) -> PartSums:
     """Pass 2 over a part holding whole seeds: its usable rows (:func:`usable_rows`), the
-    per-seed sums of every estimator (:mod:`shearbatch.analysis.stats`: regression, paired
+    per-seed sums of every estimator (:mod:`shearbatch.analysis.bias_fits`: regression, paired
     and constant-truth, each component), the coverage and rank counts, the design,
     warning and note inputs, the host estimators' sums
     (:func:`shearbatch.analysis.compare.compare_part`), the pooled fit's rows
@@ -598,14 +602,16 @@ def measure_part(
         t = rows[f"{comp}_true"].to_numpy(float)
         h = rows[f"{comp}_{point}"].to_numpy(float)
         s = _col(rows, f"{comp}_std")
-        reg = SeedSums.of(lambda t=t, h=h, s=s: stats.regression_terms(t, h, s, weights), groups)
-        off = SeedSums.of(lambda t=t, h=h, s=s: stats.offset_terms(t, h, s, weights), groups)
+        reg = SeedSums.of(
+            lambda t=t, h=h, s=s: bias_fits.regression_terms(t, h, s, weights), groups
+        )
+        off = SeedSums.of(lambda t=t, h=h, s=s: bias_fits.offset_terms(t, h, s, weights), groups)
         paired, n_pairs, flipped = None, 0, True
         if pairs is not None:
             ip, im = pairs
             n_pairs = len(ip)
             flipped = bool(np.all(t[ip] > 0) and np.allclose(t[ip], -t[im]))
-            paired = SeedSums.of(lambda t=t, h=h, s=s, ip=ip, im=im: stats.paired_terms(
+            paired = SeedSums.of(lambda t=t, h=h, s=s, ip=ip, im=im: bias_fits.paired_terms(
                 t[ip], h[ip], h[im], None if s is None else s[ip],
                 None if s is None else s[im], weights), groups[ip])  # fmt: skip
         fit.append(CompSums(len(t), (t.min(), t.max(), t[0]) if len(t) else None, reg, off,
@@ -736,14 +742,14 @@ def _merged_fits(
         lo, hi, first = cs.range
         if hi - lo <= 1e-12:
             why = f"{comp}_true is constant ({first:g}) over the campaign: slope undefined"
-            fits[comp] = stats.offset_from_sums(cs.offset.total(2), cs.n, reason=why, **kw)
+            fits[comp] = bias_fits.offset_from_sums(cs.offset.total(2), cs.n, reason=why, **kw)
             continue
         if estimator == "paired":
             if cs.paired is not None and cs.flipped:
-                fits[comp] = stats.paired_from_sums(cs.paired.total(4), cs.n_pairs, **kw)
+                fits[comp] = bias_fits.paired_from_sums(cs.paired.total(4), cs.n_pairs, **kw)
                 continue
             logger.info("%s: truth not flipped within pairs; using the grid regression", comp)
-        fits[comp] = stats.regression_from_sums(cs.regression.total(5), cs.n, **kw)
+        fits[comp] = bias_fits.regression_from_sums(cs.regression.total(5), cs.n, **kw)
     if all(f.m is None for f in fits.values()):
         raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
                          f"{M_UNDEFINED}")  # fmt: skip
@@ -765,7 +771,7 @@ def _merged_coverage(total: PartSums, acc: dict[str, Any], n_seeds: int) -> dict
             elif not got.ordered:
                 cov[comp][lev] = {"skipped": "zero-width posterior intervals (point estimates)"}
             else:
-                cov[comp][lev] = stats.coverage_counts(
+                cov[comp][lev] = bias_fits.coverage_counts(
                     got.n, got.inside, n_seeds, float(lev), acc["coverage_z"],
                     int(acc["min_seeds"]))  # fmt: skip
     return cov
@@ -781,7 +787,7 @@ def _merged_sbc(total: PartSums, sbc_mode: str, min_seeds: int) -> dict[str, Any
             if got is None:
                 out[c] = {"skipped": f"rank_{c} column missing"}
                 continue
-            out[c] = stats.sbc(np.repeat(got.values, got.counts), min_seeds=min_seeds,
+            out[c] = bias_fits.sbc(np.repeat(got.values, got.counts), min_seeds=min_seeds,
                                n_seeds=got.n_seeds)  # fmt: skip
         return out
     if sbc_mode == "off":
@@ -791,7 +797,7 @@ def _merged_sbc(total: PartSums, sbc_mode: str, min_seeds: int) -> dict[str, Any
 
 
 def _merged_warnings(total: PartSums) -> dict[str, int]:
-    from ..core import flags as fl
+    from ..core import failure_flags as fl
 
     return {n: total.warnings.get(n) for n in fl.names(fl.WARNINGS) if total.warnings.get(n)}
 

@@ -11,7 +11,7 @@ rows a campaign's usable, complete rings give both), by the moment equations
 .. math:: e_i = (1 + m)\, \bar R_i g_i + c\, \bar R_i
 
 (the forward model: ``e_i = g_hat_i``, ``R = 1``, the ordinary regression of
-:func:`shearbatch.analysis.stats.fit_regression`; a response estimator: ``e_i`` and the
+:func:`shearbatch.analysis.bias_fits.fit_regression`; a response estimator: ``e_i`` and the
 response ``R_i`` are sums over the realization's galaxies, and ``bar R_i`` is the mean
 of ``R`` over the realization's ring, the copies of its seed at its grid point (+g/-g
 and rotations: the same galaxies), so a response estimate is a ratio of sums, never a
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from .. import estimators as est
-from .stats import Fit, SeedSums, complete_rings, group_sums
+from .bias_fits import Fit, SeedSums, complete_rings, group_sums
 from .verdict import criteria, overall
 
 __all__ = [
@@ -102,7 +102,7 @@ def _err(reps: np.ndarray) -> np.ndarray:
 
 
 def ring_ids(df: Any) -> np.ndarray:
-    """Each row's ring (:func:`shearbatch.analysis.stats.complete_rings`' key): its seed
+    """Each row's ring (:func:`shearbatch.analysis.bias_fits.complete_rings`' key): its seed
     and pair id without the ``_r<k>`` suffix when paired, else its seed and true shear."""
     n = len(df)
     sign = df["pair_sign"].to_numpy(float) if "pair_sign" in df.columns else np.zeros(n)

@@ -52,7 +52,7 @@ def context(thresholds: Any) -> dict[str, Any]:
 def _read_keyed(args: tuple[list[str], Any]) -> list[tuple[dict[str, Any], int | None]]:
     """``(row, key)`` per directory, the key taken before the read (a realization redone
     meanwhile then reads as stale next time, never the other way)."""
-    from .extract import read_realization
+    from .summary_table import read_realization
 
     dirs, th = args
     out = []
@@ -67,7 +67,7 @@ def _read(dirs: Sequence[Path], root: Path, thresholds: Any, workers: int,
           on_progress: Callable[[int], None] | None = None, chunk: int = 64):  # fmt: skip
     """``(row, key)`` of each directory in order (``path`` relative to ``root``), read by
     ``workers`` CPU-only processes."""
-    from .extract import map_cpu_only, plan_chunks
+    from .summary_table import map_cpu_only, plan_chunks
 
     chunks, parallel = plan_chunks(dirs, workers, chunk)
     it = (map_cpu_only(_read_keyed, [(c, thresholds) for c in chunks], workers) if parallel

@@ -15,7 +15,7 @@ parts' result to the whole table's, bit for bit).
 - :class:`SummaryParts`: a ``summary.csv`` larger than :data:`PART_BYTES`, split once by
   a hash of its ``seed`` cell into ``ceil(size / PART_BYTES)`` CSV files in a temporary
   folder (each with the header; rows in their file order; the text copied as it is, so
-  each part reads back as :func:`~shearbatch.analysis.extract.read_summary` reads the
+  each part reads back as :func:`~shearbatch.analysis.summary_table.read_summary` reads the
   whole file), each read when its pass reaches it. Peak memory: one part's table and
   its copies, plus the per-seed sums; the split itself holds one row at a time.
 
@@ -28,7 +28,7 @@ identity ``empty()``, so stage 3 is a fold over the parts
   estimators present, the failures by flag, the worst-converged candidates;
 - :class:`PartSums` (pass 2, :func:`shearbatch.analysis.bias.measure_part`): the usable
   rows' counts, the per-seed sums of every estimator (:class:`CompSums`,
-  :class:`~shearbatch.analysis.stats.SeedSums`), the coverage and rank counts
+  :class:`~shearbatch.analysis.bias_fits.SeedSums`), the coverage and rank counts
   (:class:`IntervalCount`, :class:`RankCounts`), the notes' inputs, the host estimators'
   sums (:class:`~shearbatch.analysis.compare.EstimatorSums`), the residual figure's sample.
 
@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from .stats import SeedSums
+from .bias_fits import SeedSums
 
 if TYPE_CHECKING:
     from .compare import EstimatorSums
@@ -144,7 +144,7 @@ class SummaryParts:
         logger.info("bias-stats: %s split by seed into %d parts", self.path, self.n_parts)
 
     def frames(self) -> Iterator[Any]:
-        from .extract import read_summary
+        from .summary_table import read_summary
 
         for f in self.files:
             yield read_summary(f)
@@ -173,7 +173,7 @@ def open_table(path: str | Path, part_bytes: int | None = None) -> InMemory | Su
     ``part_bytes`` (default :data:`PART_BYTES`, or the environment's
     ``SHEARBATCH_STATS_PART_BYTES``), else split by seed (:class:`SummaryParts`, in
     ``$TMPDIR``). ``ValueError`` / ``OSError`` when it cannot be read."""
-    from .extract import read_summary
+    from .summary_table import read_summary
 
     limit = part_bytes or int(os.environ.get("SHEARBATCH_STATS_PART_BYTES") or PART_BYTES)
     size = Path(path).stat().st_size
@@ -247,7 +247,7 @@ class PartScan:
     columns: tuple[str, ...] | None
     """The table's header (of the first part merged; None: no part)."""
     failures: Counts
-    """:func:`shearbatch.analysis.report.failures_by_flag` (all rows)."""
+    """:func:`shearbatch.analysis.report_text.failures_by_flag` (all rows)."""
     worst: tuple[Any, ...]
     """Each part's :func:`shearbatch.analysis.plots.worst_rows` table, in part order."""
     n_unplanned: int

@@ -37,8 +37,8 @@ from scipy import stats as st
 
 from ..core.convergence import Convergence
 from ..io import POSTERIOR
+from .bias_fits import Fit, error_label
 from .result import Coverages, Sbc
-from .stats import Fit, error_label
 
 __all__ = [
     "WORST_RULE",

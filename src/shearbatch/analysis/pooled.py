@@ -2,7 +2,7 @@
 
 For a campaign run with ``inference.shear_model: interim``, ``bias-extract``
 writes next to ``summary.csv`` the per-galaxy draws of every usable realization
-(``summary.population.npz``, :func:`shearbatch.analysis.extract.write_population`).
+(``summary.population.npz``, :func:`shearbatch.analysis.summary_table.write_population`).
 Here every galaxy of every realization that shares a true shear (one grid point:
 all its seeds, ring copies included) enters ONE marginal likelihood, and the
 grid point's estimate is its maximum (:func:`shearbatch.core.population.fit`):
@@ -10,7 +10,7 @@ grid point's estimate is its maximum (:func:`shearbatch.core.population.fit`):
     G_hat(p) = argmax_g sum_{i in p} log (1/K) sum_k w_ik(g).
 
 Per component, ``g_hat = (1 + m) g_true + c`` is then fitted to the grid
-points' estimates, as :mod:`shearbatch.analysis.stats` does to realizations:
+points' estimates, as :mod:`shearbatch.analysis.bias_fits` does to realizations:
 paired designs (+g and -g share galaxies and noise) use
 ``1 + m = sum_p g_p D_p / sum_p g_p^2`` with ``D = (G_hat(+) - G_hat(-)) / 2``
 and ``c`` the mean of ``A = (G_hat(+) + G_hat(-)) / 2``; other grids the
@@ -47,7 +47,7 @@ import pandas as pd
 
 from ..core import population_np as pnp
 from ..core.population_np import PriorSpec
-from .stats import Fit, pair_table
+from .bias_fits import Fit, pair_table
 
 __all__ = [
     "FIT_COLUMNS",
@@ -84,7 +84,7 @@ def load_population(path: str | Path) -> dict[str, Any]:
 
 
 def from_arrays(d: dict[str, Any]) -> dict[str, Any]:
-    """:func:`shearbatch.analysis.extract.population_arrays` with the population's
+    """:func:`shearbatch.analysis.summary_table.population_arrays` with the population's
     ``priors`` and ``prior`` (:class:`shearbatch.core.population_np.ShapePrior`)."""
     d = dict(d)
     priors = [PriorSpec(p) for p in json.loads(str(d["population"]))]

@@ -407,7 +407,7 @@ class Design(Section):
 @dataclasses.dataclass(frozen=True)
 class Coverage(Section):
     """``coverage.<g>.<level>``: one interval's coverage
-    (:func:`shearbatch.analysis.stats.coverage`), or only ``skipped`` (why not tested)."""
+    (:func:`shearbatch.analysis.bias_fits.coverage`), or only ``skipped`` (why not tested)."""
 
     observed: float | None = None
     expected: float | None = None
@@ -446,7 +446,7 @@ class Coverages(Section):
 @dataclasses.dataclass(frozen=True)
 class SbcTest(Section):
     """``sbc.<g>``: the rank-uniformity test of one component
-    (:func:`shearbatch.analysis.stats.sbc`)."""
+    (:func:`shearbatch.analysis.bias_fits.sbc`)."""
 
     n: int | None = None
     n_eff: int | None = None

@@ -83,7 +83,7 @@ class Checked(NamedTuple):
     record without checksums, of a campaign that predates them) or ``incomplete`` (no
     ``convergence.json``: nothing recorded to check); ``now``: the checksums its record
     holds, as a partial records what it trusted
-    (:func:`shearbatch.analysis.extract.trusted_checksums`), None without them."""
+    (:func:`shearbatch.analysis.summary_table.trusted_checksums`), None without them."""
 
     path: str
     state: str
@@ -132,7 +132,7 @@ def _variables(path: Path, variables: Any) -> list[Finding]:
 def check_realization(directory: str | Path, root: str | Path) -> Checked:
     """Read one realization directory's files again against its record's checksums (module
     docstring); ``path`` relative to ``root``."""
-    from .extract import trusted_checksums
+    from .summary_table import trusted_checksums
 
     d = Path(directory)
     rel = os.path.normpath(os.path.relpath(d, root))
@@ -328,7 +328,7 @@ def scrub_campaign(root: str | Path, summary: str | Path, workers: int = 1) -> S
     CPU-only processes; its record is written beside ``summary``
     (:func:`record_path`; ``OSError`` when it cannot be)."""
     from ..io import atomic
-    from .extract import map_cpu_only, plan_chunks
+    from .summary_table import map_cpu_only, plan_chunks
 
     root, summary = Path(root), Path(summary)
     when = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

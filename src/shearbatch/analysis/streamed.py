@@ -37,8 +37,8 @@ from ..core import population_np as pnp
 from ..core.population_np import PriorSpec
 from ..io import partials as pio
 from . import pooled
+from .bias_fits import pair_table
 from .pooled import NUM_ERR_M_MAX
-from .stats import pair_table
 
 __all__ = ["PartialSource", "streamed_fits"]
 
@@ -78,7 +78,7 @@ class PartialSource:
 
     def arrays(self) -> dict[str, Any]:
         """The used galaxies in memory, as an older version's population sidecar held them
-        (:func:`shearbatch.analysis.extract.population_arrays`: ``run_id``, ``galaxy``,
+        (:func:`shearbatch.analysis.summary_table.population_arrays`: ``run_id``, ``galaxy``,
         ``eps``, ``log_base``, ``population``), in index order: for small campaigns and
         inspection; the pooled fit streams instead."""
         run_id, galaxy, eps, base, pops = [], [], [], [], set()

@@ -71,8 +71,8 @@ from typing import Any
 from scipy import stats as st
 
 from ..schema import requirements as rq
+from .bias_fits import Fit, error_label
 from .result import Criterion
-from .stats import Fit, error_label
 
 __all__ = [
     "ACCEPTANCE",

@@ -8,13 +8,13 @@
   array script instead), :func:`preview` (PNGs of the stamps and fitted models),
   :func:`estimate_lines` (the dry run's disk and, with a pilot batch, time estimates);
 - stage 2, ``bias-extract``: :class:`ExtractOptions` -> :func:`run_extract` ->
-  :class:`ExtractOutcome` (:mod:`.extract`; :func:`campaign_table`, the same table in
+  :class:`ExtractOutcome` (:mod:`.extract_stage`; :func:`campaign_table`, the same table in
   memory, is :meth:`shearbatch.api.Campaign.summary`; :func:`run_verify`, the scrub of
   ``--verify``);
 - stage 3, ``bias-stats``: :class:`StatsOptions` -> :func:`run_stats` ->
   :class:`StatsOutcome`, carrying the typed
-  :class:`~shearbatch.analysis.result.BiasResult` (:mod:`.stats`; the figures and the
-  report: :mod:`.report`); :meth:`shearbatch.api.Campaign.stats` calls
+  :class:`~shearbatch.analysis.result.BiasResult` (:mod:`.stats_stage`; the figures and the
+  report: :mod:`.report_files`); :meth:`shearbatch.api.Campaign.stats` calls
   :func:`run_stats` with the command's options. Bad input to either raises
   :class:`StageError`, one line naming the flag.
 
@@ -23,7 +23,7 @@ to exit codes; nothing here imports it.
 """
 
 from .estimate import disk_estimate, estimate_lines, pilot
-from .extract import (
+from .extract_stage import (
     ExtractOptions,
     ExtractOutcome,
     StageError,
@@ -58,7 +58,7 @@ from .runner import (
 )
 from .sbatch import emit_sbatch, run_args
 from .signals import StopOnSignal, deadline
-from .stats import StatsOptions, StatsOutcome, choose_requirement, run_stats, stats_of_table
+from .stats_stage import StatsOptions, StatsOutcome, choose_requirement, run_stats, stats_of_table
 
 __all__ = [
     "COMMANDS_FILE",

@@ -181,7 +181,8 @@ def pilot(plan: Plan) -> PilotTiming:
         sim, keys = prepared.inputs(reals)
         jax.block_until_ready(sim.images)
         t_sim = time.perf_counter() - t0
-        if prepared.lanes.compiled is None:  # no ahead-of-time compile here: its first call compiles
+        # no ahead-of-time compile here: its first call compiles
+        if prepared.lanes.compiled is None:
             t0 = time.perf_counter()
             jax.block_until_ready(prepared.program.lower(keys, sim.images).compile())
             t_compile += time.perf_counter() - t0

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from ..io.layout import SUMMARY
 from ..io.manifest import FROZEN_CONFIG  # the config as run, in the campaign root
-from .extract import extract_to
+from .extract_stage import extract_to
 
 __all__ = [
     "FROZEN_CONFIG",

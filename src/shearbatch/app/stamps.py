@@ -59,7 +59,7 @@ def render(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: Path) 
     import numpy as np
     import xarray as xr
 
-    from .. import process
+    from .. import jax_setup
     from ..analysis.plots import stamps_figure
     from ..io import POSTERIOR, TRUTH, find_realization_dirs, read_json
     from ..schema import current_config
@@ -81,21 +81,21 @@ def render(root: Path, run_ids: Sequence[str], cfg: dict[str, Any], path: Path) 
     # CPU: 18 s without the cache, 7 s with it)
     # On a GPU node JAX would start here taking 75% of the GPU's memory up front for three
     # stamps: it takes what it uses unless told otherwise
-    cache = process.default_cache_dir(root)
+    cache = jax_setup.default_cache_dir(root)
     cache = cache if Path(cache).is_dir() else "off"
     x64 = str((cfg.get("inference") or {}).get("precision", "float64")) == "float64"
     lazy = {"XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",
                                                             "false")}  # fmt: skip
-    with process.scoped_environ(lazy):
-        saved = process.flag_values()
+    with jax_setup.scoped_environ(lazy):
+        saved = jax_setup.flag_values()
         try:
-            process.configure_flags(x64, None if cache == "off" else cache)
-            logger.info("%s", process.backend_line(x64, cache))
+            jax_setup.configure_flags(x64, None if cache == "off" else cache)
+            logger.info("%s", jax_setup.backend_line(x64, cache))
             spec = run_spec(current_config().model_validate(cfg))  # validated when run
             models = np.concatenate([models_at_estimate(_Where(spec, h), [r])
                                      for h, r in zip(homes, reals, strict=True)])  # fmt: skip
         finally:
-            process.set_flags(saved)
+            jax_setup.set_flags(saved)
     fig = stamps_figure(np.stack(images), list(run_ids), spec.model.noise_sigma, models)
     with atomic.replacing(path) as tmp:
         fig.savefig(tmp, dpi=90, format="png")

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..app import ExtractOptions, StageError, extract_slice, run_extract, run_verify
-from ..app.extract import EXIT_DAMAGED
+from ..app.extract_stage import EXIT_DAMAGED
 from .options import (
     _Command,
     _example,

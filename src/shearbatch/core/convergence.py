@@ -8,7 +8,7 @@ The JSON keeps its published layout: the common keys (``run_id``, ``status``, ``
 ``flags``, ``flag_names``, ``method``, ``point_estimate``, ``mode``, ``thresholds``,
 ``passed``, ``precision``, ``config_hash``, ``seed``, ``batch_size``, ``snr``,
 ``chi2_per_pixel``, ``prior``, ``shear_model``, ``batch``, ``runtime_s``, ``checksums``), the gate
-statistics (:class:`~shearbatch.core.flags.Gates`: ``rhat``, ``ess_bulk``, ``ess_tail``,
+statistics (:class:`~shearbatch.core.failure_flags.Gates`: ``rhat``, ``ess_bulk``, ``ess_tail``,
 ``divergences``, ``divergence_frac``, ``bfmi``), the method's own record (its
 ``diagnose``'s ``diagnostics``: ``optimizer`` and ``laplace`` for MAP, ``elbo`` for VI,
 ``rhat_max``, ``step_size``... for NUTS) and the provenance (``config``, ``campaign``,
@@ -37,7 +37,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from . import flags as fl
+from . import failure_flags as fl
 
 __all__ = ["LEGACY_KEYS", "PROVENANCE_KEYS", "Convergence"]
 
@@ -79,7 +79,7 @@ class Convergence:
     status: str
     """``"ok"`` or ``"failed"``."""
     flags: int
-    """The flag bits (:mod:`shearbatch.core.flags`)."""
+    """The flag bits (:mod:`shearbatch.core.failure_flags`)."""
     reason: str | None = None
     """Readable reasons of the flags (None when none is set)."""
     method: str | None = None

@@ -45,7 +45,7 @@ from numpyro.handlers import block, seed, substitute, trace
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import log_density, potential_energy
 
-from .arrow import Layout
+from .block_arrow import Layout
 from .model import SHEAR_SITES, make_model
 from .priors import prior_mean
 
@@ -68,7 +68,7 @@ class Posterior(NamedTuple):
     (without); constrain_fn(x) -> {site: value}; x0: (D,) initial point;
     sites: {site: shape}; model: the NumPyro model; hessian(f) -> (x, obs) -> (D, D) (dense:
     tests and benchmarks); layout: where the block-arrow Hessian's blocks sit
-    (:class:`shearbatch.core.arrow.Layout`; None: not block-arrow, the dense algebra)."""
+    (:class:`shearbatch.core.block_arrow.Layout`; None: not block-arrow, the dense algebra)."""
 
     potential_fn: Callable[[jax.Array, jax.Array], jax.Array]
     mode_fn: Callable[[jax.Array, jax.Array], jax.Array]
@@ -148,8 +148,8 @@ def _layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int):
 
 def arrow_layout(x0: jax.Array, sites: dict[str, tuple[int, ...]], m: int) -> Layout | None:
     """Where the blocks of the block-arrow Hessian of M galaxies sharing a shear sit in
-    the flat vector (:mod:`shearbatch.core.arrow`); None when ``sites`` are not that
-    layout (then :func:`shearbatch.core.arrow.dense_layout` applies)."""
+    the flat vector (:mod:`shearbatch.core.block_arrow`); None when ``sites`` are not that
+    layout (then :func:`shearbatch.core.block_arrow.dense_layout` applies)."""
     lay = _layout(x0, sites, m)
     if lay is None or not np.any(lay[1] >= 0):
         return None

@@ -15,7 +15,7 @@ batches) and :func:`run` (``run(prepared) -> CampaignReport``: the batch loop), 
   modules, which a later process loads instead of tracing (handed down to core's
   generator and residual check as their ``store``);
 - :mod:`~shearbatch.engine.runtime`: the JAX compilation cache and flags an entry point
-  sets once per process (through :func:`shearbatch.process.set_flags`).
+  sets once per process (through :func:`shearbatch.jax_setup.set_flags`).
 """
 
 from .loop import BatchTooLarge, CampaignReport, Execution, Prepared, prepare, run

@@ -51,7 +51,7 @@ from typing import Any
 
 import jax
 
-from ..process import TRACE_FLAGS, flag_values
+from ..jax_setup import TRACE_FLAGS, flag_values
 
 __all__ = [
     "ENV",

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._version import __version__
 from ..campaign import Realization
-from ..core import flags as fl
+from ..core import failure_flags as fl
 from ..core.checks import misfit
 from ..core.convergence import Convergence
 from ..core.generate import FIELDS, SimBatch
@@ -90,7 +90,7 @@ def batch_stats(spec: RunSpec, samples: Any, obs: np.ndarray) -> BatchStats:
 
 
 def _common_flags(stats: BatchStats, b: int) -> tuple[int, dict[str, str]]:
-    """:func:`shearbatch.core.flags.common_flags` of lane ``b`` from its batch's stats."""
+    """:func:`shearbatch.core.failure_flags.common_flags` of lane ``b`` from its batch's stats."""
     out, details = 0, {}
     if not stats.finite_obs[b]:
         out |= fl.flag("NONFINITE_DATA")
@@ -193,7 +193,7 @@ def batch_records(
 def estimator_draws(rec: Record, interim: bool) -> Record:
     """``rec`` keeping only the draws its shear estimate is made from (``campaign.draws:
     estimator``), as float32, the precision the pooled fit reads them in
-    (:func:`shearbatch.analysis.extract.compact_draws`): ``g1``, ``g2`` (the joint model)
+    (:func:`shearbatch.analysis.summary_table.compact_draws`): ``g1``, ``g2`` (the joint model)
     or ``e1``, ``e2`` and ``interim_log_weight`` less each galaxy's largest (the interim
     model: a per-galaxy constant does not move its weights); the other sample statistics
     as they are. A Level 2 posterior.nc is then ~5x smaller (1.9 MB -> ~0.4 MB)."""

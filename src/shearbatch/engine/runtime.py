@@ -7,9 +7,9 @@ what differs, so ``--preview`` followed by the run (or several in-process CLI
 calls in tests) neither double-counts cache hits nor leaks a listener.
 :func:`scoped` restores the previous flags afterwards (the in-process CLI uses
 it so that a test calling ``bias-run --no-x64`` does not change later tests). The flags
-themselves, their names and their one setter are :mod:`shearbatch.process`'s
-(:func:`~shearbatch.process.configure_flags`, :func:`~shearbatch.process.set_flags`), as
-is where the cache lives (:func:`~shearbatch.process.default_cache_dir`, kept here under
+themselves, their names and their one setter are :mod:`shearbatch.jax_setup`'s
+(:func:`~shearbatch.jax_setup.configure_flags`, :func:`~shearbatch.jax_setup.set_flags`), as
+is where the cache lives (:func:`~shearbatch.jax_setup.default_cache_dir`, kept here under
 its old name).
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..process import (
+from ..jax_setup import (
     CACHE_SUBDIR,
     backend_line,
     configure_flags,

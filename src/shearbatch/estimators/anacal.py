@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..settings import Count, Positive, StrictModel
+from ..strict_model import Count, Positive, StrictModel
 
 __all__ = ["K_SAMPLES", "Settings", "check", "measure_batch", "min_cell"]
 

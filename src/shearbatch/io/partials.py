@@ -5,7 +5,7 @@ directories (an array task's slice, ``bias-extract --array-task-id``, or what a 
 found new), their ``summary.csv`` rows and the pooled fit's per-galaxy inputs: each
 interim-model galaxy's observed-ellipticity draws ``eps`` (G, K, 2) and relative log
 weights ``log_base`` (G, K), float32, NaN-padded to the largest K
-(:func:`shearbatch.analysis.extract.compact_draws`). ``bias-extract`` then reads the
+(:func:`shearbatch.analysis.summary_table.compact_draws`). ``bias-extract`` then reads the
 partials instead of the realizations, and ``bias-stats`` streams their galaxies a block
 at a time (:mod:`shearbatch.analysis.streamed`), so neither holds a campaign's draws.
 

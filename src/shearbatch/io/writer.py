@@ -571,7 +571,7 @@ def _write_group(jobs: list[tuple[str, Record | Mapping[str, Any]]]) -> list[tup
 
 
 def _ignore_signals() -> None:  # pragma: no cover - runs in a writer process
-    from ..process import cpu_only_worker
+    from ..jax_setup import cpu_only_worker
 
     cpu_only_worker()  # a writer never needs a device
     # the parent decides what a signal means and stops its writers itself ...

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ..settings import Count, Positive, StrictModel
+from ..strict_model import Count, Positive, StrictModel
 
 __all__ = [
     "DIST_TYPES",

@@ -24,8 +24,8 @@ from ..core import methods as _methods
 from ..core.methods import DEFAULT as DEFAULT_METHOD
 from ..core.methods import names as method_names
 from ..core.methods import supports_interim
-from ..settings import Positive
-from ..settings import StrictModel as _Strict
+from ..strict_model import Positive
+from ..strict_model import StrictModel as _Strict
 
 __all__ = ["InferenceHead", "InferenceRules", "inference_model", "registry_key"]
 

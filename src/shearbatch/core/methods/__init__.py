@@ -2,7 +2,7 @@
 
 A method is one module and one :func:`register` call. The module defines
 
-- optionally its settings model, a :class:`shearbatch.settings.StrictModel` of the
+- optionally its settings model, a :class:`shearbatch.strict_model.StrictModel` of the
   config section ``inference.<name>_config`` (the schema validates that section with it);
 - a factory ``factory(settings, **sections) -> Method`` (:class:`~.base.Method`), in
   the style of BlackJAX's ``as_top_level_api``: ``settings`` is the validated section

@@ -16,7 +16,7 @@ calls the factory.
   :func:`shearbatch.core.batching.batched` vmaps and jits it);
 - ``diagnose(draws) -> Diagnosis`` for ONE realization's draws (NumPy, after
   the batch is computed): per-draw statistics to store, the gate statistics
-  (:class:`~shearbatch.core.flags.Gates`), a JSON-ready record of the method's
+  (:class:`~shearbatch.core.failure_flags.Gates`), a JSON-ready record of the method's
   own, and its failure flags;
 - ``batch_report(draws, lockstep=None) -> dict`` (optional) for a whole batch of
   draws: batch-level telemetry such as the lockstep efficiency of NUTS and MAP
@@ -37,7 +37,7 @@ record of its fit (:class:`Info`: a NamedTuple of arrays, read by its own
 ``diagnose`` / ``batch_report``).
 
 A method's settings are its own pydantic model (a
-:class:`shearbatch.settings.StrictModel`), registered with it
+:class:`shearbatch.strict_model.StrictModel`), registered with it
 (:func:`shearbatch.core.methods.register`): the schema accepts and validates its
 section ``inference.<name>_config``, and the factory receives that validated model.
 """
@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from ..flags import Gates
+from ..failure_flags import Gates
 
 if TYPE_CHECKING:  # annotations only: the schema reads this module without loading JAX
     import jax
@@ -118,7 +118,7 @@ class Diagnosis(NamedTuple):
     sample_stats: {name: (chain, draw)} NumPy arrays for ``posterior.nc``;
     diagnostics: the method's own JSON-ready record, stored at the top level of
     ``convergence.json`` (e.g. MAP's ``optimizer`` and ``laplace``);
-    flags: the method's own failure flags (:mod:`shearbatch.core.flags`);
+    flags: the method's own failure flags (:mod:`shearbatch.core.failure_flags`);
     gates: the statistics the threshold gates read (R-hat, ESS, divergences, E-BFMI;
     none for a method without chains).
     """

@@ -17,12 +17,12 @@ U(-0.9, 0.9) shear prior.)
 
 The written posterior is ``num_samples`` draws of N(x*, Sigma), mapped to the
 constrained space. Draws come in antithetic pairs (x* + F eps, x* - F eps with
-F F^T = H^-1, from the block LDL^T factors of :mod:`shearbatch.core.arrow`), so the
+F F^T = H^-1, from the block LDL^T factors of :mod:`shearbatch.core.block_arrow`), so the
 draw mean of every unconstrained latent (g1, g2 among them) equals the mode exactly
 and the draw std estimates the Laplace width.
 
 The Hessian of M galaxies sharing a shear is kept as its blocks (per galaxy, shear,
-couplings: :mod:`shearbatch.core.arrow`); the Newton direction, decrement, log det and
+couplings: :mod:`shearbatch.core.block_arrow`); the Newton direction, decrement, log det and
 draws are computed by block elimination, O(M) time and memory per realization.
 ``optimizer: gauss_newton`` replaces the exact Hessian by J^T W J of the stamps (forward
 mode) plus the prior's exact Hessian while far from the mode, then takes exact Newton
@@ -49,9 +49,9 @@ import numpy as np
 import optax
 from pydantic import model_validator
 
-from ...settings import Count, Positive, StrictModel
-from .. import arrow
-from ..flags import flag
+from ...strict_model import Count, Positive, StrictModel
+from .. import block_arrow
+from ..failure_flags import flag
 from .base import Diagnosis, Draws, Method
 from .interim import LOG_RATIO
 
@@ -221,12 +221,12 @@ def _newton(
     num_steps: int,
     tol: float,
     blocks_fn=None,
-    layout: arrow.Layout | None = None,
+    layout: block_arrow.Layout | None = None,
     final: bool = True,
-) -> tuple[OptResult, arrow.Arrow]:
+) -> tuple[OptResult, block_arrow.Arrow]:
     """Damped saddle-free Newton with Armijo backtracking; returns the result and the
     Hessian's blocks at the point it returns (``blocks_fn(x)``, default: the dense Hessian
-    as one block, :func:`shearbatch.core.arrow.dense_layout`).
+    as one block, :func:`shearbatch.core.block_arrow.dense_layout`).
 
     Each iteration evaluates the gradient and Hessian at its iterate, then steps or stops.
     A fit that stops by a rule stops without stepping, so its last Hessian is the one at
@@ -239,7 +239,7 @@ def _newton(
     used, the Gauss-Newton steps of :func:`laplace`): no such iteration.
 
     The direction and decrement come from the block LDL^T of the Hessian
-    (:func:`shearbatch.core.arrow.newton_direction`: exact Newton where H is positive
+    (:func:`shearbatch.core.block_arrow.newton_direction`: exact Newton where H is positive
     definite, a descent direction elsewhere). Stops when half the Newton decrement,
     ``g^T H^-1 g / 2`` (the predicted decrease of U to the optimum, in log-density
     units), is <= ``tol``; or after :data:`STALL_STEPS` steps of the quadratic regime
@@ -248,9 +248,9 @@ def _newton(
     converges quadratically never meets the second rule before the tolerance.
     """
     if layout is None:
-        layout = arrow.dense_layout(x0.shape[0])
+        layout = block_arrow.dense_layout(x0.shape[0])
     if blocks_fn is None:
-        blocks_fn = arrow.blocks_fn(lambda x, o: fun(x), layout)
+        blocks_fn = block_arrow.blocks_fn(lambda x, o: fun(x), layout)
         blocks_fn = functools.partial(blocks_fn, obs=None)
 
     def cond(c):
@@ -288,13 +288,13 @@ def _newton_init(x0, f0, h_shape) -> tuple:
     )
 
 
-def _newton_result(c) -> tuple[OptResult, arrow.Arrow]:
+def _newton_result(c) -> tuple[OptResult, block_arrow.Arrow]:
     x, f, gn, n, _, (h, converged, *_) = c
     return OptResult(x, f, gn, n, converged & jnp.isfinite(f)), h
 
 
 def _newton_step(
-    c, fun, blocks_fn, layout: arrow.Layout, tol: float, live=True, budget=None
+    c, fun, blocks_fn, layout: block_arrow.Layout, tol: float, live=True, budget=None
 ) -> tuple:
     """ONE iteration of :func:`_newton` from carry ``c``. ``live`` (a bool array): False
     for an empty lane of :func:`~.refill.refill_loop`, whose result is discarded: its
@@ -307,7 +307,7 @@ def _newton_step(
     if budget is not None:  # the final iteration: the Hessian at the point returned
         live = (i < budget) & live
     g, h = grad_fn(x), blocks_fn(x)
-    p, dec = arrow.newton_direction(h, g, layout)
+    p, dec = block_arrow.newton_direction(h, g, layout)
     p, dec = p.astype(x.dtype), dec.astype(x.dtype)  # a float32 fit of a float64 model
     p = p * jnp.minimum(1.0, MAX_STEP / jnp.max(jnp.abs(p)))  # p = 0: MAX_STEP / 0 = inf -> 1
     small = 0.5 * dec <= tol
@@ -400,9 +400,9 @@ def optimize(
 
 class Laplace(NamedTuple):
     opt: OptResult
-    #: the block LDL^T factors of the Hessian at x* (:class:`shearbatch.core.arrow.Factor`):
-    #: x* + arrow.apply_scale(factor, eps) has covariance H^-1
-    factor: arrow.Factor
+    #: the block LDL^T factors of the Hessian at x* (:class:`shearbatch.core.block_arrow.Factor`):
+    #: x* + block_arrow.apply_scale(factor, eps) has covariance H^-1
+    factor: block_arrow.Factor
     ok: jax.Array  # Hessian finite and positive definite
     decrement: jax.Array  # g^T H^-1 g / 2 at x*: predicted distance to the mode (log density)
     #: |L^-1 g| at x*: the gradient whitened by the Laplace factor, i.e. the length of the
@@ -438,18 +438,18 @@ def gn_precision(settings: MapConfig, dtype) -> Any:
     return jnp.dtype(dtype if p is None else p)
 
 
-def _gauss_newton_blocks(model, objective, layout: arrow.Layout):
+def _gauss_newton_blocks(model, objective, layout: block_arrow.Layout):
     """The Gauss-Newton blocks of ``objective`` for ``model`` (None where they do not
     apply: no Gaussian pixel likelihood; the fit is then exact Newton)."""
     image_fn = getattr(model, "image_fn", None)
     prior = model.prior_part(objective) if image_fn is not None else None
-    return None if prior is None else arrow.gauss_newton_blocks_fn(image_fn, prior, layout)
+    return None if prior is None else block_arrow.gauss_newton_blocks_fn(image_fn, prior, layout)
 
 
-def layout_of(model) -> arrow.Layout:
+def layout_of(model) -> block_arrow.Layout:
     """The block layout of ``model``'s Hessian (dense for a posterior without one)."""
     lay = getattr(model, "layout", None)
-    return arrow.dense_layout(model.x0.shape[0]) if lay is None else lay
+    return block_arrow.dense_layout(model.x0.shape[0]) if lay is None else lay
 
 
 def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Laplace:
@@ -458,7 +458,7 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
     physical-parameter mode objective ``model.mode_fn``; samplers pass
     ``model.potential_fn`` (the density they sample in x, Jacobian included: its mode is
     finite even where a bounded latent's physical mode sits on a bound). Every step is
-    O(M) in the number of galaxies (:mod:`shearbatch.core.arrow`).
+    O(M) in the number of galaxies (:mod:`shearbatch.core.block_arrow`).
 
     Inside :func:`given_fit` (a batch's fits already run by :func:`laplace_batch`) the
     optimiser is not run again: its given result and last Hessian are used."""
@@ -469,7 +469,7 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
         if given.objective != objective:
             raise ValueError("laplace: the given fit was made with another objective")
         return _laplace_at(given.opt, given.h, obs, objective, layout)
-    blocks = arrow.blocks_fn(objective, layout)
+    blocks = block_arrow.blocks_fn(objective, layout)
     x0 = model.x0.astype(obs.dtype)
     gn = _gauss_newton_blocks(model, objective, layout) if settings.optimizer == GN else None
     if settings.optimizer in ("newton", GN):
@@ -504,18 +504,18 @@ def laplace(obs: jax.Array, model, settings: MapConfig, objective=None) -> Lapla
     return _laplace_at(opt, h, obs, objective, layout)
 
 
-def _laplace_at(opt: OptResult, h: arrow.Arrow, obs, objective, layout) -> Laplace:
+def _laplace_at(opt: OptResult, h: block_arrow.Arrow, obs, objective, layout) -> Laplace:
     """The Laplace approximation at the optimiser's result ``opt`` with Hessian blocks ``h``."""
-    fac, ok = arrow.factor(h)
-    w = arrow.whiten(fac, jax.grad(objective)(opt.x, obs), layout)  # |w|^2 = g^T H^-1 g
+    fac, ok = block_arrow.factor(h)
+    w = block_arrow.whiten(fac, jax.grad(objective)(opt.x, obs), layout)  # |w|^2 = g^T H^-1 g
     ww = jnp.sum(w * w)
-    std = jnp.sqrt(arrow.variances(fac, layout))
-    return Laplace(opt, fac, ok, 0.5 * ww, jnp.sqrt(ww), arrow.log_det(fac), std)
+    std = jnp.sqrt(block_arrow.variances(fac, layout))
+    return Laplace(opt, fac, ok, 0.5 * ww, jnp.sqrt(ww), block_arrow.log_det(fac), std)
 
 
 class _Given(NamedTuple):
     opt: OptResult
-    h: arrow.Arrow
+    h: block_arrow.Arrow
     objective: Any
 
 
@@ -525,7 +525,7 @@ _GIVEN: contextvars.ContextVar[_Given | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def given_fit(opt: OptResult, h: arrow.Arrow, objective):
+def given_fit(opt: OptResult, h: block_arrow.Arrow, objective):
     """While tracing inside this context, :func:`laplace` takes ``opt`` (the optimiser's
     result for ONE realization) and ``h`` (the Hessian blocks at its result) as its fit
     of ``objective`` instead of running the optimiser: how :func:`fit_batch` hands the
@@ -545,7 +545,7 @@ def refills(settings: MapConfig) -> bool:
 
 def laplace_batch(
     obs: jax.Array, model, settings: MapConfig, objective, lanes: int
-) -> tuple[OptResult, arrow.Arrow, jax.Array]:
+) -> tuple[OptResult, block_arrow.Arrow, jax.Array]:
     """The optimiser of :func:`laplace` for a BATCH of realizations (``obs``: leading axis
     B), on ``lanes`` lanes refilled from the batch (:func:`~.refill.refill_loop`): no lane
     waits for the batch's slowest fit. Returns ``(opt, h, executed)``: each realization's
@@ -561,7 +561,7 @@ def laplace_batch(
     from .refill import refill_loop
 
     layout = layout_of(model)
-    blocks = arrow.blocks_fn(objective, layout)
+    blocks = block_arrow.blocks_fn(objective, layout)
     n = obs.shape[0]
     x0 = model.x0.astype(obs.dtype)
     tol = default_tol(x0.dtype) if settings.tol is None else settings.tol
@@ -598,10 +598,10 @@ def laplace_batch(
     return opt, h, executed
 
 
-def covariance(lap: Laplace, layout: arrow.Layout) -> jax.Array:
+def covariance(lap: Laplace, layout: block_arrow.Layout) -> jax.Array:
     """The dense D x D Laplace covariance H^-1 (tests and small D only)."""
     eye = jnp.eye(layout.size, dtype=lap.opt.x.dtype)
-    f = jax.vmap(lambda e: arrow.apply_scale(lap.factor, e, layout))(eye).T  # columns F e_i
+    f = jax.vmap(lambda e: block_arrow.apply_scale(lap.factor, e, layout))(eye).T  # columns F e_i
     return f @ f.T
 
 
@@ -636,10 +636,10 @@ def student_t_log_density(z: jax.Array, nu: float) -> jax.Array:
     return const - 0.5 * (nu + k) * jnp.log1p(jnp.sum(z * z, axis=-1) / nu)
 
 
-def _draws(lap: Laplace, posterior, z: jax.Array, layout: arrow.Layout, stats) -> tuple:
+def _draws(lap: Laplace, posterior, z: jax.Array, layout: block_arrow.Layout, stats) -> tuple:
     """The draws ``x* + F z`` (F F^T = H^-1) of whitened ``z`` (K, D): ``(xs, Draws)``, the
     unconstrained draws and the constrained ones with ``stats`` and MAP's record."""
-    xs = lap.opt.x[None, :] + jax.vmap(lambda e: arrow.apply_scale(lap.factor, e, layout))(z)
+    xs = lap.opt.x[None, :] + jax.vmap(lambda e: block_arrow.apply_scale(lap.factor, e, layout))(z)
     samples = jax.vmap(posterior.constrain_fn)(xs)
     info = MapInfo(
         potential=lap.opt.potential,
@@ -741,7 +741,7 @@ def interim_fit(rng_key: jax.Array, obs: jax.Array, posterior, settings: MapConf
     :func:`~.interim.as_interim` wraps).
 
     The galaxies are independent (no shear), so the Hessian is its per-galaxy blocks
-    A_j = L_j L_j^T (:mod:`shearbatch.core.arrow` with no shared latent) and the proposal
+    A_j = L_j L_j^T (:mod:`shearbatch.core.block_arrow` with no shared latent) and the proposal
     ``q`` factors by galaxy. The draws are ``x_j = x*_j + L_j^-T z_j`` with whitened
     ``z_j``, per galaxy; ``x*`` is the MAP (``proposal_centre: map``, the default) or the
     mode of the density the weights target, ``-posterior.potential_fn`` (``target``), and

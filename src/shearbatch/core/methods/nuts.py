@@ -39,10 +39,10 @@ import numpy as np
 from numpyro.infer.hmc import hmc
 from pydantic import field_validator
 
-from ...settings import Count, StrictModel
-from .. import arrow
+from ...strict_model import Count, StrictModel
+from .. import block_arrow
 from ..diagnostics import bfmi, ess_bulk, ess_tail, per_site, rhat
-from ..flags import Gates, flag
+from ..failure_flags import Gates, flag
 from . import map as map_
 from .base import Diagnosis, Draws, Method
 from .interim import per_galaxy
@@ -141,7 +141,7 @@ def _init(obs, model, settings: NutsSettings):
 
     With ``map_init`` the map is the realization's Laplace fit (scale_fn(z) has
     covariance H^-1 for z ~ N(0, I), from the Hessian's blocks: O(M) per evaluation,
-    :func:`shearbatch.core.arrow.apply_scale`), so z is approximately N(0, I) whatever
+    :func:`shearbatch.core.block_arrow.apply_scale`), so z is approximately N(0, I) whatever
     the posterior's scale; without it (or where the fit failed) scale_fn(z) = 0.1 z.
     """
     dtype = obs.dtype
@@ -151,10 +151,10 @@ def _init(obs, model, settings: NutsSettings):
     layout = map_.layout_of(model)
     lap = map_.laplace(obs, model, settings.map_settings, model.potential_fn)
     ok = lap.ok & jnp.all(jnp.isfinite(lap.opt.x))
-    fac = arrow.fallback(lap.factor, ok, 0.1)
+    fac = block_arrow.fallback(lap.factor, ok, 0.1)
 
     def scale_fn(z):
-        return arrow.apply_scale(fac, z, layout)
+        return block_arrow.apply_scale(fac, z, layout)
 
     return jnp.where(ok, lap.opt.x, x0), scale_fn, 1.0, ok
 

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ...settings import Count, Positive, StrictModel
-from ..flags import flag
+from ...strict_model import Count, Positive, StrictModel
+from ..failure_flags import flag
 from . import map as map_
 from .base import Diagnosis, Draws, Method
 

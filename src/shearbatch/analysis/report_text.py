@@ -258,7 +258,7 @@ def summary_lines(res: BiasResult, results: Path | None = None,
     """``bias-stats``' printed summary of ``res``: the requirement, what was used and left
     out, the notes and warnings, m and c, every criterion, the planning and the verdict
     (``-> results``, the bias_results.json written; ``plot_dir``: where the figures are)."""
-    from ..core import flags as fl
+    from ..core import failure_flags as fl
     from .verdict import EXIT_CODES
 
     def num(v: Any) -> str:

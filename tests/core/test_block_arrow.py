@@ -1,4 +1,4 @@
-"""Block-arrow linear algebra (core/arrow.py) against the dense computation: jax.hessian
+"""Block-arrow linear algebra (core/block_arrow.py) against the dense computation: jax.hessian
 and dense NumPy linear algebra, at M = 1, 2, 8 galaxies sharing a shear (12x12 stamps)."""
 
 import jax
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from shearbatch.campaign import plan_campaign
-from shearbatch.core import arrow
+from shearbatch.core import block_arrow
 from shearbatch.core.methods import map as map_
 from shearbatch.core.posterior import build_posterior
 from shearbatch.engine.loop import generate
@@ -52,7 +52,7 @@ def case(request):
         out = {"x": x, "g": jax.grad(post.mode_fn)(x, obs)}
         for name, f in (("mode", post.mode_fn), ("pot", post.potential_fn)):
             out[f"h_{name}"] = jax.hessian(f)(x, obs)
-            out[f"b_{name}"] = arrow.blocks_fn(f, layout)(x, obs)
+            out[f"b_{name}"] = block_arrow.blocks_fn(f, layout)(x, obs)
         out["h_star"] = jax.hessian(post.mode_fn)(lap.opt.x, obs)
         return lap, out
 
@@ -67,7 +67,7 @@ def case(request):
 def test_blocks_are_the_dense_hessian(case):
     _, out, layout = case
     for name in ("mode", "pot"):
-        got = np.asarray(arrow.to_dense(jax.tree.map(jnp.asarray, out[f"b_{name}"]), layout))
+        got = np.asarray(block_arrow.to_dense(jax.tree.map(jnp.asarray, out[f"b_{name}"]), layout))
         ref = out[f"h_{name}"]
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10 * np.abs(ref).max())
 
@@ -79,7 +79,7 @@ def test_newton_direction_decrement_and_laplace_match_dense_algebra(case):
     assert w.min() > 0  # the exact-Newton regime, where |H| = H
     rtol = 100 * (w.max() / w.min()) * np.finfo(float).eps
     blocks = jax.tree.map(jnp.asarray, out["b_mode"])
-    p, dec = arrow.newton_direction(blocks, jnp.asarray(g), layout)
+    p, dec = block_arrow.newton_direction(blocks, jnp.asarray(g), layout)
     p_ref = -np.linalg.solve(h, g)
     dec_ref = g @ np.linalg.solve(h, g)
     # the direction's error in the metric of H (posterior sd), and the decrement
@@ -87,17 +87,17 @@ def test_newton_direction_decrement_and_laplace_match_dense_algebra(case):
     assert np.sqrt(err @ h @ err) <= rtol * np.sqrt(dec_ref)
     assert abs(float(dec) - dec_ref) <= rtol * dec_ref
     # Laplace pieces at the same point: log det, covariance, marginal sd, whitened gradient
-    fac, ok = arrow.factor(blocks)
+    fac, ok = block_arrow.factor(blocks)
     assert bool(ok)
     sign, logdet = np.linalg.slogdet(h)
-    assert sign > 0 and abs(float(arrow.log_det(fac)) - logdet) <= rtol * abs(logdet)
+    assert sign > 0 and abs(float(block_arrow.log_det(fac)) - logdet) <= rtol * abs(logdet)
     eye = jnp.eye(layout.size)
-    f = np.asarray(jax.vmap(lambda e: arrow.apply_scale(fac, e, layout))(eye)).T
+    f = np.asarray(jax.vmap(lambda e: block_arrow.apply_scale(fac, e, layout))(eye)).T
     # the draws' covariance F F^T is H^-1: F F^T H = I (per eigendirection)
     np.testing.assert_allclose(f @ f.T @ h, np.eye(layout.size), rtol=0, atol=rtol)
-    var = np.asarray(arrow.variances(fac, layout))
+    var = np.asarray(block_arrow.variances(fac, layout))
     np.testing.assert_allclose(var, np.diag(np.linalg.inv(h)), rtol=rtol)
-    wv = np.asarray(arrow.whiten(fac, jnp.asarray(g), layout))
+    wv = np.asarray(block_arrow.whiten(fac, jnp.asarray(g), layout))
     assert abs(wv @ wv - dec_ref) <= rtol * dec_ref
 
 
@@ -110,7 +110,7 @@ def test_laplace_draws_have_the_inverse_hessian_covariance(case):
     n = 4000
     eps = jax.random.normal(jax.random.PRNGKey(5), (n // 2, layout.size))
     eps = jnp.concatenate([eps, -eps])
-    dx = np.asarray(jax.vmap(lambda e: arrow.apply_scale(lap.factor, e, layout))(eps))
+    dx = np.asarray(jax.vmap(lambda e: block_arrow.apply_scale(lap.factor, e, layout))(eps))
     h = out["h_star"]
     np.testing.assert_allclose(dx.mean(0), 0.0, rtol=0, atol=1e-12 * np.abs(dx).max())
     z = dx @ np.linalg.cholesky(h)
@@ -132,11 +132,11 @@ def random_arrow(rng, m, k, ns, flip=None):
         a.append(q @ np.diag(w) @ q.T)
     c = 0.1 * rng.normal(size=(m, k, ns))
     g = np.eye(ns) * (1.0 + m)
-    return arrow.Arrow(jnp.asarray(np.stack(a)), jnp.asarray(c), jnp.asarray(g))
+    return block_arrow.Arrow(jnp.asarray(np.stack(a)), jnp.asarray(c), jnp.asarray(g))
 
 
 def synthetic_layout(m, k, ns):
-    return arrow.Layout(np.arange(ns), ns + np.arange(m * k).reshape(m, k),
+    return block_arrow.Layout(np.arange(ns), ns + np.arange(m * k).reshape(m, k),
                         np.arange(ns), ns + np.arange(k), ns + k)  # fmt: skip
 
 
@@ -147,20 +147,20 @@ def test_an_indefinite_galaxy_block_still_gives_a_descent_direction(m):
     layout = synthetic_layout(m, k, ns)
     g = jnp.asarray(rng.normal(size=ns + m * k))
     pd = random_arrow(rng, m, k, ns)
-    h = np.asarray(arrow.to_dense(pd, layout))
-    p, dec = arrow.newton_direction(pd, g, layout)
+    h = np.asarray(block_arrow.to_dense(pd, layout))
+    p, dec = block_arrow.newton_direction(pd, g, layout)
     # positive definite: exactly today's saddle-free |H|^-1 (= H^-1), to rounding
     w, v = np.linalg.eigh(h)
     p_old = -(v @ ((v.T @ np.asarray(g)) / np.abs(w)))
     np.testing.assert_allclose(np.asarray(p), p_old, rtol=1e-10, atol=1e-12)
     bad = random_arrow(np.random.default_rng(m), m, k, ns, flip=0)
-    assert np.linalg.eigvalsh(np.asarray(arrow.to_dense(bad, layout))).min() < 0
-    p, dec = arrow.newton_direction(bad, g, layout)
+    assert np.linalg.eigvalsh(np.asarray(block_arrow.to_dense(bad, layout))).min() < 0
+    p, dec = block_arrow.newton_direction(bad, g, layout)
     slope = float(jnp.dot(g, p))
     assert slope < 0 and float(dec) > 0
     np.testing.assert_allclose(-slope, float(dec), rtol=1e-10)
     # and Cholesky reports the matrix is not positive definite (no Laplace width)
-    assert not bool(arrow.factor(bad)[1])
+    assert not bool(block_arrow.factor(bad)[1])
 
 
 # --------------------------------------------------------------------------- Gauss-Newton
@@ -190,8 +190,8 @@ def test_gauss_newton_blocks_are_jtwj_plus_the_prior_hessian(level1_m2):
         jac = jax.jacfwd(lambda y: post.image_fn(y, obs)[0].reshape(-1))(x)  # (P, D)
         w = (1.0 / sd**2).reshape(-1)
         dense = jac.T @ (w[:, None] * jac) + jax.hessian(post.prior_mode_fn)(x, obs)
-        gn = arrow.gauss_newton_blocks_fn(post.image_fn, post.prior_mode_fn, post.layout)
-        return split, dense, arrow.to_dense(gn(x, obs), post.layout)
+        gn = block_arrow.gauss_newton_blocks_fn(post.image_fn, post.prior_mode_fn, post.layout)
+        return split, dense, block_arrow.to_dense(gn(x, obs), post.layout)
 
     split, dense, got = run(x, obs)
     for name, (err, value) in split.items():

@@ -10,7 +10,7 @@ summary table, or a campaign directory whose ``summary.csv`` is reused when fres
 extracted otherwise: :func:`resolve_input`), reads the table, measures and judges it
 (:func:`stats_of_table`, i.e. :func:`shearbatch.analysis.bias.measure_bias`, given the
 checked settings and the chosen requirement) and writes ``bias_results.json``, the
-figures and the report (:mod:`shearbatch.app.report`), each atomically.
+figures and the report (:mod:`shearbatch.app.report_files`), each atomically.
 :meth:`shearbatch.api.Campaign.stats` calls :func:`run_stats` with the same options, so
 the Python API and the command write the same ``bias_results.json`` on the same campaign.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..io.layout import BIAS_RESULTS, REPORT, SUMMARY, population_path
-from .extract import StageError
+from .extract_stage import StageError
 from .inputs import (
     campaign_requirement,
     campaign_root,
@@ -103,9 +103,9 @@ class StatsOutcome(NamedTuple):
     :func:`shearbatch.analysis.scrub.last_verified_line`), or that they never were."""
 
     def lines(self) -> list[str]:
-        """``bias-stats``' printed summary (:func:`shearbatch.analysis.report.summary_lines`),
+        """``bias-stats``' printed summary (:func:`shearbatch.analysis.report_text.summary_lines`),
         after the extraction's line and before the report's."""
-        from ..analysis.report import summary_lines
+        from ..analysis.report_text import summary_lines
 
         out = []
         if self.extracted is not None:
@@ -271,7 +271,7 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
         except ValueError as err:
             raise StageError(f"--input: {err}") from None
     population = None  # the sidecar's draws (the pooled fit's input) are not needed further
-    from .report import stats_plots, write_report
+    from .report_files import stats_plots, write_report
 
     ck.out.mkdir(parents=True, exist_ok=True)
     plot_dir = stats_plots(digest, res, fits, ck.out, posterior_dir) if opts.plots else None
@@ -289,7 +289,7 @@ def run_stats(opts: StatsOptions) -> StatsOutcome:
 def _is_interim(table: Any, summary: Path) -> bool:
     """Whether a row of the table is an interim-model (population) estimate: of a table in
     parts, read from its ``point_estimate`` column alone, as text (a type given, not
-    inferred per chunk of the parser: :func:`shearbatch.analysis.extract.read_summary`),
+    inferred per chunk of the parser: :func:`shearbatch.analysis.summary_table.read_summary`),
     :data:`_SCAN_ROWS` rows at a time."""
     import pandas as pd
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shearbatch.analysis import bias, stats, verdict
+from shearbatch.analysis import bias, bias_fits, verdict
 from shearbatch.analysis.result import Design
 from shearbatch.analysis.verdict import quantile
 
@@ -108,7 +108,7 @@ def test_coverage_of_gaussian_posteriors_is_tested_two_sided(scale, status):
     mean = truth + rng.normal(0, SIGMA, n)
     s = SIGMA * scale
     for level, z in ((0.68, 0.9945), (0.95, 1.96)):
-        r = stats.coverage(truth, mean - z * s, mean + z * s, level)
+        r = bias_fits.coverage(truth, mean - z * s, mean + z * s, level)
         assert r["status"] == status and r["passed"] is (status == "pass"), r
         lo, hi = r["band"]
         se = np.sqrt(level * (1 - level) / n)
@@ -123,33 +123,33 @@ def test_coverage_counts_independent_seeds_and_needs_enough_of_them():
     truth = np.zeros(60)
     lo, hi = truth - 1.0, truth + 1.0  # every truth inside: coverage 1.0
     seeds = np.repeat(np.arange(15), 4)  # 15 seeds x 4 grid points
-    r = stats.coverage(truth, lo, hi, 0.95, groups=seeds, min_seeds=20)
+    r = bias_fits.coverage(truth, lo, hi, 0.95, groups=seeds, min_seeds=20)
     assert (r["n"], r["n_eff"]) == (60, 15)
     assert r["status"] == "inconclusive" and "too few to test" in r["reason"] and not r["passed"]
     assert r["se"] == pytest.approx(np.sqrt(0.95 * 0.05 / 15))
-    r = stats.coverage(truth, lo, hi, 0.95, groups=seeds, min_seeds=10)
+    r = bias_fits.coverage(truth, lo, hi, 0.95, groups=seeds, min_seeds=10)
     assert r["status"] == "pass"
     # 40 seeds: 1.0 is above 0.68 + 3 sqrt(0.68 * 0.32 / 40) = 0.90 (it is not with 15
     # seeds, where the band reaches 1: the band is counted in seeds, not rows)
     truth = np.zeros(160)
     seeds = np.repeat(np.arange(40), 4)
-    r = stats.coverage(truth, truth - 1.0, truth + 1.0, 0.68, groups=seeds)
+    r = bias_fits.coverage(truth, truth - 1.0, truth + 1.0, 0.68, groups=seeds)
     assert r["status"] == "fail" and "too high" in r["reason"] and r["band"][1] < 0.91
 
 
 def test_coverage_skipped_for_point_estimates():
     t = np.zeros(5)
-    assert "skipped" in stats.coverage(t, t, t, 0.68)
+    assert "skipped" in bias_fits.coverage(t, t, t, 0.68)
 
 
 def test_sbc_uniform_ranks_pass_and_biased_ranks_fail():
     rng = np.random.default_rng(6)
-    assert stats.sbc(rng.uniform(size=500))["p_value"] > 1e-3
-    assert stats.sbc(rng.beta(2, 2, size=500))["p_value"] < 1e-3
-    r = stats.sbc(np.array([0.5]))
+    assert bias_fits.sbc(rng.uniform(size=500))["p_value"] > 1e-3
+    assert bias_fits.sbc(rng.beta(2, 2, size=500))["p_value"] < 1e-3
+    r = bias_fits.sbc(np.array([0.5]))
     assert r["status"] == "inconclusive" and "too few to test" in r["reason"]
     # 30 ranks but only 10 independent seeds: too few to test at min_seeds 20
-    r = stats.sbc(rng.uniform(size=30), groups=np.repeat(np.arange(10), 3))
+    r = bias_fits.sbc(rng.uniform(size=30), groups=np.repeat(np.arange(10), 3))
     assert r["status"] == "inconclusive" and r["n_eff"] == 10 and "p_value" in r
 
 
@@ -386,7 +386,7 @@ def test_ring_estimator_cancels_shape_noise_and_groups_a_seed():
 def test_incomplete_rings_are_left_out_of_the_fit():
     ring = ring_table(np.random.default_rng(4), 10, 4)
     broken = ring.drop(index=ring.index[(ring["seed"] == 3) & (ring["rotation"] == 2)][:1])
-    keep, n_bad = stats.complete_rings(broken)
+    keep, n_bad = bias_fits.complete_rings(broken)
     assert n_bad == 1 and (~keep).sum() == 4 * 2 - 1  # seed 3's other 7 images
     res, _, _ = bias.measure_bias(broken, n_boot=100)
     assert res.design.incomplete_rings_left_out == 1

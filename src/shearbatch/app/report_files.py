@@ -36,12 +36,12 @@ def write_report(
     path: Path,
     command: Sequence[str] = (),
 ) -> Path:
-    """``bias-stats --report``: one self-contained HTML file (analysis/report.py); ``command``
+    """``bias-stats --report``: one self-contained HTML file (analysis/report_text.py); ``command``
     is the bias-stats command line quoted as provenance. With the campaign root
     (``posterior_dir``) it embeds the config as run and the stamps (data, model,
     residual) of up to three used realizations of distinct seeds."""
-    from ..analysis import report
-    from ..analysis.extract import posterior_attrs
+    from ..analysis import report_text
+    from ..analysis.summary_table import posterior_attrs
     from ..io import POSTERIOR, find_realization_dirs
 
     root = None if posterior_dir is None else Path(posterior_dir)
@@ -69,9 +69,9 @@ def write_report(
     commands = []
     if root is not None and (root / COMMANDS_FILE).is_file():
         commands = (root / COMMANDS_FILE).read_text().splitlines()[-20:]
-    prov = report.provenance(list(command), attrs, commands)
+    prov = report_text.provenance(list(command), attrs, commands)
     config = {"text": cfg_text, "source": cfg_from} if cfg_text else None
-    text = report.render_report(res, figures, digest.failures, prov, config=config)
+    text = report_text.render_report(res, figures, digest.failures, prov, config=config)
     return atomic.write_text(path, text)
 
 

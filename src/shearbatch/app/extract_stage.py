@@ -79,7 +79,7 @@ class ExtractOutcome(NamedTuple):
     @property
     def counts(self) -> dict[str, int]:
         """``{status: rows}``."""
-        from ..analysis.extract import status_counts
+        from ..analysis.summary_table import status_counts
 
         return status_counts(self.rows)
 
@@ -128,7 +128,7 @@ def campaign_rows(
     """``(rows, progress)`` of the campaign under ``root`` (module docstring); NUTS gates
     at ``thresholds`` (default the built-in ones). ``ValueError`` when there is no
     realization, planned or found."""
-    from ..analysis import extract as ex
+    from ..analysis import summary_table as ex
     from ..analysis.progress import campaign_progress
 
     th = ex.DEFAULT_THRESHOLDS if thresholds is None else thresholds
@@ -141,9 +141,9 @@ def campaign_rows(
 
 def campaign_table(root: str | Path, thresholds: Any = None, workers: int | None = 1) -> Any:
     """The campaign's summary table as ``bias-stats`` reads it from ``summary.csv``
-    (:func:`~shearbatch.analysis.extract.summary_frame`: the same text, parsed), without
+    (:func:`~shearbatch.analysis.summary_table.summary_frame`: the same text, parsed), without
     writing it."""
-    from ..analysis.extract import summary_frame
+    from ..analysis.summary_table import summary_frame
 
     rows, _ = campaign_rows(root, thresholds, workers)
     return summary_frame(rows)
@@ -158,8 +158,8 @@ def extract_to(root: Path, out: Path, thresholds: Any = None, workers: int | Non
     with the partials index beside it (``summary.partials.json``: what bias-stats' pooled
     fit streams). ``ValueError`` for a campaign without realizations or with mixed
     population priors."""
-    from ..analysis import extract as ex
     from ..analysis import partials as ap
+    from ..analysis import summary_table as ex
     from ..analysis.progress import campaign_progress
     from ..io import partials as pio
     from ..slurm import allocated_cpus
@@ -192,8 +192,8 @@ def extract_slice(opts: ExtractOptions) -> tuple[Path, int]:
     """``bias-extract --array-task-id``: the partial of one array task's slice
     (:func:`shearbatch.analysis.partials.extract_slice`); :class:`StageError` for bad
     input."""
-    from ..analysis import extract as ex
     from ..analysis import partials as ap
+    from ..analysis import summary_table as ex
     from ..slurm import allocated_cpus
 
     root, _, th = check_extract(opts)
@@ -228,7 +228,7 @@ def extract_slice(opts: ExtractOptions) -> tuple[Path, int]:
 def check_extract(opts: ExtractOptions) -> tuple[Path, Path, Any]:
     """``(root, summary path, thresholds)`` of ``opts``; :class:`StageError` (naming the
     flag) for bad input, before anything is read."""
-    from ..analysis import extract as ex
+    from ..analysis import summary_table as ex
     from ..io.manifest import MANIFEST
     from .plan import PlanError, check_out_path
 

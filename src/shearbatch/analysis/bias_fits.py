@@ -28,7 +28,7 @@ weights ``w_i`` (:func:`weights_for`):
   (issue 12: ``m1 = -0.026`` weighted vs ``-0.011`` unweighted on the same
   low-S/N files; with ``std = 0.005 + 0.5 |g_hat|`` and true ``m = 0``,
   ``m = -0.21 +- 0.013`` weighted vs ``0.00 +- 0.005`` unweighted, see
-  tests/analysis/test_stats.py).
+  tests/analysis/test_bias_fits.py).
 
 - grid regression: ``b = (S_w S_wxy - S_wx S_wy) / (S_w S_wxx - S_wx^2)``,
   ``a = (S_wy - b S_wx) / S_w``, ``m = b - 1``, ``c = a``;

@@ -37,7 +37,7 @@ realization (its record's ``code``: :func:`shearbatch._version.code_version`); e
 record from before it was recorded.
 
 ``passed_convergence`` comes from the one convergence gate of
-:mod:`shearbatch.core.flags`: the realization's own flags (written by
+:mod:`shearbatch.core.failure_flags`: the realization's own flags (written by
 ``bias-run``), with the threshold gates (R-hat, ESS, divergences, E-BFMI)
 re-evaluated against the thresholds given here (``--convergence-config``;
 the defaults are ``bias-run``'s). ``flags`` lists every flag by name,
@@ -59,10 +59,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import process
-from ..core import flags as fl
+from .. import jax_setup
+from ..core import failure_flags as fl
 from ..core.convergence import Convergence
-from ..core.flags import DEFAULT_THRESHOLDS, Thresholds
+from ..core.failure_flags import DEFAULT_THRESHOLDS, Thresholds
 from ..core.population_np import PriorSpec
 from ..estimators import columns as estimator_columns
 from ..estimators import row_of as estimator_row
@@ -420,15 +420,15 @@ def _read_chunk(args: tuple[list[str], Thresholds]) -> list[dict[str, Any]]:
 
 def map_cpu_only(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> Iterator[Any]:
     """``fn`` over ``items`` in ``workers`` spawned processes, results in order, each
-    process CPU-only (:data:`shearbatch.process.WORKER_ENV`: in its environment from its
+    process CPU-only (:data:`shearbatch.jax_setup.WORKER_ENV`: in its environment from its
     start, so JAX reads it at import, and set again by its initializer; the readers need no
     JAX, core/population_np.py: this is the guard, not the mechanism). spawn, not fork: the caller may hold
     threads (JAX, BLAS) that fork would copy mid-lock."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                             initializer=process.cpu_only_worker) as ex:  # fmt: skip
-        with process.scoped_environ(
-            process.WORKER_ENV
+                             initializer=jax_setup.cpu_only_worker) as ex:  # fmt: skip
+        with jax_setup.scoped_environ(
+            jax_setup.WORKER_ENV
         ):  # the processes start as the work is submitted
             futures = [ex.submit(fn, it) for it in items]
         for f in futures:
