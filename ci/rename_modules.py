@@ -370,11 +370,19 @@ def relative_roles(path: Path, text: str) -> str:
 
 
 def scope_files() -> list[Path]:
+    """The files to rewrite: the scope's files that git does not ignore (a build's
+    egg-info or a venv is no source)."""
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", *SCOPE_DIRS],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
     out = []
-    for d in SCOPE_DIRS:
-        for p in sorted((REPO / d).rglob("*")):
-            if p.is_file() and p.suffix in SUFFIXES and not SKIP_PARTS & set(p.parts):
-                out.append(p)
+    for rel in sorted(listed):
+        p = REPO / rel
+        if p.is_file() and p.suffix in SUFFIXES and not SKIP_PARTS & set(p.parts):
+            out.append(p)
     out += [REPO / f for f in SCOPE_FILES if (REPO / f).is_file()]
     me = Path(__file__).resolve()
     keep = {REPO / f for f in KEEP_FILES}
