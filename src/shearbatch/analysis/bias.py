@@ -74,6 +74,7 @@ from .parts import (
 )
 from .result import BiasResult, Criterion, Requirement, Scope
 from .scope import scope
+from .summary_table import current_columns
 from .verdict import criteria, overall, planning
 
 __all__ = [
@@ -100,8 +101,6 @@ POINT_ESTIMATES = ("mean", "median", "mode")
 ESTIMATORS = ("regression", "paired", "auto")
 #: ``--sbc`` / ``--no-sbc`` / neither
 SBC_MODES = ("auto", "on", "off")
-#: summary.csv columns of older versions still read: old name -> current name
-LEGACY_COLUMNS = {"estimate": "point_estimate"}
 REQUIRED_COLUMNS = ("run_id", "g1_true", "g2_true", "g1_mean", "g2_mean", "g1_std", "g2_std",
                     "status", "passed_convergence", "seed")  # fmt: skip
 COVERAGE_LEVELS = {"0.68": ("q16", "q84"), "0.95": ("q025", "q975")}
@@ -173,13 +172,6 @@ class BiasAnalysis:
 
     def __iter__(self) -> Any:
         return iter((self.result, self.fits, self.usable))
-
-
-def current_columns(df: Any) -> Any:
-    """``df`` (a summary table) with the columns of older versions renamed to their
-    current names (:data:`LEGACY_COLUMNS`; the same frame when there is none)."""
-    old = {k: v for k, v in LEGACY_COLUMNS.items() if k in df.columns and v not in df.columns}
-    return df.rename(columns=old) if old else df
 
 
 def _ok_converged(df: Any) -> tuple[Any, Any]:

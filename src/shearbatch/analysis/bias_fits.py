@@ -658,3 +658,16 @@ def error_label(fit: Fit) -> str:
     if fit.error_method == "bootstrap":
         label += f", {fit.errors.get('n_boot', 0)} resamples"
     return label
+
+
+def first_given(a: Any, b: Any) -> Any:
+    """``a`` unless it is None, else ``b``: the first part's value, when parts merge."""
+    return a if a is not None else b
+
+
+def merged_range(a: tuple[float, float, float] | None,
+                 b: tuple[float, float, float] | None) -> tuple[float, float, float] | None:  # fmt: skip
+    """``(min, max, first)`` of two parts' truth ranges (None: a part with no row)."""
+    if a is None or b is None:
+        return first_given(a, b)
+    return min(a[0], b[0]), max(a[1], b[1]), a[2]

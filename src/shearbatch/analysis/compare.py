@@ -202,7 +202,7 @@ class EstimatorSums:
     """The forward model, then the host estimators."""
 
     def merge(self, other: EstimatorSums) -> EstimatorSums:
-        from .parts import _range
+        from .bias_fits import merged_range as _range
 
         return EstimatorSums(self.n + other.n, self.n_seeds + other.n_seeds, self.col,
                              tuple(_range(a, b) for a, b in zip(self.truth, other.truth,

@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 import numpy as np
 
 from .bias_fits import SeedSums
+from .bias_fits import first_given as _first
+from .bias_fits import merged_range as _range
 
 if TYPE_CHECKING:
     from .compare import EstimatorSums
@@ -202,10 +204,6 @@ class PerPoint(NamedTuple, Generic[T]):
     mode: T
 
 
-def _first(a: T | None, b: T | None) -> T | None:
-    return a if a is not None else b
-
-
 @dataclass(frozen=True)
 class Counts:
     """Counts by label (exclusion reasons, warning flags, failures by flag), the labels in
@@ -291,14 +289,6 @@ class PartScan:
             PerComp(*(a.merge(b) for a, b in zip(self.bad_truth, other.bad_truth,
                                                  strict=True))),
         )  # fmt: skip
-
-
-def _range(a: tuple[float, float, float] | None,
-           b: tuple[float, float, float] | None) -> tuple[float, float, float] | None:  # fmt: skip
-    """``(min, max, first)`` of two truths' ranges (None: no row)."""
-    if a is None or b is None:
-        return _first(a, b)
-    return min(a[0], b[0]), max(a[1], b[1]), a[2]
 
 
 @dataclass(frozen=True, eq=False)

@@ -638,13 +638,24 @@ _ALWAYS_TEXT = ("run_id", "pair_id", "status")
 _FLAG_WORDS = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}
 
 
+#: summary.csv columns of older versions still read: old name -> current name
+LEGACY_COLUMNS = {"estimate": "point_estimate"}
+
+
+def current_columns(df: Any) -> Any:
+    """``df`` (a summary table) with the columns of older versions renamed to their
+    current names (:data:`LEGACY_COLUMNS`; the same frame when there is none)."""
+    old = {k: v for k, v in LEGACY_COLUMNS.items() if k in df.columns and v not in df.columns}
+    return df.rename(columns=old) if old else df
+
+
 def read_summary(source: str | Path | io.StringIO) -> Any:
     """A summary table (a path or a text buffer) as ``bias-stats`` reads it: a pandas
     DataFrame, :data:`TEXT_COLUMNS` as text (pandas' text type: ``str`` on pandas 3,
     ``object`` on pandas 2; an empty cell is NaN; an all-empty column other than
     ``run_id``, ``pair_id`` and ``status`` as float NaN, which is what pandas infers for
     it), :data:`FLAG_COLUMNS` as nullable booleans, the columns of older versions renamed
-    (:func:`shearbatch.analysis.bias.current_columns`). ``ValueError`` or ``OSError`` when
+    (:func:`current_columns`). ``ValueError`` or ``OSError`` when
     it cannot be read.
 
     The text and flag columns are parsed as text (``dtype=str``), a type given, not
@@ -659,8 +670,6 @@ def read_summary(source: str | Path | io.StringIO) -> Any:
     all-digit config hash) stays text."""
     import numpy as np
     import pandas as pd
-
-    from .bias import current_columns
 
     # the flag columns read as text, then as nullable booleans: a failed realization's
     # empty cell among True / False would otherwise give a column of mixed types in a
