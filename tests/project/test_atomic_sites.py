@@ -29,6 +29,7 @@ ALLOWED = {
     ("io/partials.py", "write_partial", ".Dataset"): "netCDF4 writes the temporary file of "
     "atomic.replacing (the partial; its checksum record after it, through atomic)",
     ("app/preview.py", "preview", ".savefig"): "into the temporary file of atomic.replacing",
+    ("app/stamps.py", "render", ".savefig"): "into the temporary file of atomic.replacing",
     ("app/report_files.py", "_png", ".savefig"): "into memory (BytesIO), then atomic.write_bytes",
     ("analysis/parts.py", "_split", "open"): "bias-stats' seed parts of a summary.csv, in a "
     "private temporary folder (tempfile.mkdtemp) read back and removed by the same process",
