@@ -115,12 +115,18 @@ class _Where(NamedTuple):  # what models_at_estimate reads of a plan
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m shearbatch.app.stamps ROOT PNG RUN_ID...``: exit 0 with the PNG
-    written, else 1 with one line on stderr."""
+    written, else 1 (2: bad arguments) with one line on stderr, which
+    :func:`stamps_png` quotes."""
+    import logging
+
     from .inputs import campaign_config
 
+    # this process's own entry point: its log goes to stderr, one line per message,
+    # warnings and errors only (the parent reads the last line)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 3:
-        print("usage: python -m shearbatch.app.stamps ROOT PNG RUN_ID...", file=sys.stderr)
+        logger.error("usage: python -m shearbatch.app.stamps ROOT PNG RUN_ID...")
         return 2
     root, png, run_ids = Path(args[0]), Path(args[1]), args[2:]
     try:
@@ -129,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{root}: no config.yaml or campaign.json config")
         render(root, run_ids, cfg, png)
     except Exception as err:  # one line for the parent's warning
-        print(f"{type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
+        logger.error("%s", f"{type(err).__name__}: {err}".splitlines()[0])
         return 1
     return 0
 
