@@ -90,7 +90,7 @@ LITERAL_EDITS: list[tuple[str, str, str]] = [
     (
         "bench/layer_walk.py",
         '("base", {"_version", "settings", "process"})',
-        '("base", {"_version", "strict_model", "settings", "jax_setup"})',
+        '("base", {"_version", "_deprecated", "strict_model", "settings", "jax_setup"})',
     ),
 ]
 
@@ -111,29 +111,16 @@ def module_path(dotted: str) -> Path:
 
 
 def shim_text(old: str, new: str) -> str:
-    rel = new.rpartition(".")[2]
     return f'''"""Deprecated: :mod:`{old}` was renamed :mod:`{new}` (issue 57); import that.
 
-This module re-exports it and warns on import; it will be removed in a later release.
+Importing this path gives that module and warns (:func:`shearbatch._deprecated.moved`); it
+will be removed in a later release.
 """
 
 {SHIM_MARKER}
-import warnings
-from typing import Any
+from shearbatch._deprecated import moved
 
-from . import {rel} as _new
-from .{rel} import *  # noqa: F403
-from .{rel} import __all__  # noqa: F401
-
-warnings.warn(
-    "{old} is deprecated: import {new}",
-    DeprecationWarning,
-    stacklevel=2,
-)
-
-
-def __getattr__(name: str) -> Any:  # the names {rel} does not list in __all__
-    return getattr(_new, name)
+moved(__name__, "{new}")
 '''
 
 

@@ -3,8 +3,8 @@
 (:mod:`shearbatch.core.block_arrow`) and ``shearbatch.core.flags``
 (:mod:`shearbatch.core.failure_flags`), the three a method's author imports
 (docs/design.md, tests/core/test_method_plugin.py). Each is a shim written by
-ci/rename_modules.py: it re-exports the new module, names outside ``__all__`` included,
-and warns on import."""
+ci/rename_modules.py: importing it warns and gives the new module itself
+(shearbatch._deprecated.moved), names outside ``__all__`` included."""
 
 import importlib
 import sys
