@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import copy
+import types
 from pathlib import Path
 
 import jax
@@ -121,3 +122,15 @@ def as_before_checksums(root: Path, manifest: Path | None = None, records: bool 
         conv = json.loads(p.read_text())
         del conv[integrity.KEY], conv["code"]
         p.write_text(json.dumps(conv))
+
+
+def load_script(relpath: str) -> types.ModuleType:
+    """A script of the repository (``ci/...``, ``bench/...``: folders that are no
+    packages) loaded as a module from its path relative to the repository root."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

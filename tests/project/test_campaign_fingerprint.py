@@ -5,7 +5,6 @@ written here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -13,19 +12,12 @@ from pathlib import Path
 import netCDF4
 import numpy as np
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location(
-        "campaign_fingerprint", ROOT / "ci" / "campaign_fingerprint.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-FP = _tool()
+FP = load_script("ci/campaign_fingerprint.py")
 
 
 def _campaign(work: Path, *, created: str, commit: str, g1: float = 0.0123) -> Path:

@@ -1392,13 +1392,9 @@ FIGURES += [
 def _anacal_rows() -> list[Fig]:
     """Issue 45's table in docs/validation.md: each row as bench/anacal_table.py renders
     it from its campaign's record (results/validation/anacal/<campaign>/validation.json)."""
-    import importlib.util
+    from tests.conftest import load_script
 
-    spec = importlib.util.spec_from_file_location(
-        "anacal_table", ROOT / "bench" / "anacal_table.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("bench/anacal_table.py")
     out = []
     for name in mod.CAMPAIGNS:
         rec = VAL + f"anacal/{name}/validation.json"

@@ -8,8 +8,9 @@ the graph of those edges must have no cycle. A name imported from a package
 imported from a package (``from . import campaign``) is an edge to that submodule.
 """
 
-import importlib.util
 from pathlib import Path
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,10 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _layer_walk():
     """bench/layer_walk.py: the one reader of the package's import graph (its
     ``import_graph``, ``cycles``, ``folder_graph`` and layers), shared with these tests."""
-    spec = importlib.util.spec_from_file_location("layer_walk", ROOT / "bench" / "layer_walk.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/layer_walk.py")
 
 
 LW = _layer_walk()

@@ -5,7 +5,6 @@ bounds; both GPU extras name jax's extra of their CUDA major; every test of the 
 tier (Makefile's VERSIONS_TIER) exists. No network, no install (make test-min,
 make test-gpu-image and make check-extras do those, in .ci/run)."""
 
-import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -15,14 +14,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "ci" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"ci/{name}.py")
 
 
 def _pins(path: Path) -> dict[str, Version]:
