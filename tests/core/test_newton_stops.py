@@ -218,7 +218,8 @@ def test_the_shipped_config_bounds_the_slowest_lane_too(tol):
 )
 def test_fits_that_converged_before_take_the_same_steps_to_the_same_mode(case, request):
     """Every fit that converged before (its stopping rule met, not flagged) is the same
-    fit now, bit for bit: steps, mode, Laplace factor, widths, decrement. At the shipped
+    fit now: the same flags, steps within one, and mode and widths within what the stopping
+    rule allows both fits (another compiled program: not compared bit for bit). At the shipped
     1e-5 (slow tier) a fit can also converge before after more than GN_MAX_STEPS
     Gauss-Newton steps (the looser tol met on the crawl): the cap changes its path, so
     it is not the same fit; it still converges by the rule, at a half-decrement <= tol.
@@ -226,8 +227,7 @@ def test_fits_that_converged_before_take_the_same_steps_to_the_same_mode(case, r
     g1_+0.0200_g2_-0.0200_s754's largest coordinate shift was 0.029 of its Laplace sd
     (both half-decrements 5e-6 to 1e-5), so the quadratic model behind the sqrt(2 tol)
     bound does not hold there (presumably seed 754's galaxy on the |e| = 1 bound; not
-    checked which coordinate). The others (the rules never engaged) are the same fit
-    bit for bit."""
+    checked which coordinate). The others (the rules never engaged) are the same fit."""
     before, now = request.getfixturevalue(case)
     conv = [(b, a) for b, a in zip(before, now, strict=True) if b.converged_by_rule]
     assert len(conv) >= {"seed754": 1, "floor32": 10, "seed754_shipped": 1}[case]
@@ -235,9 +235,19 @@ def test_fits_that_converged_before_take_the_same_steps_to_the_same_mode(case, r
         if case == "seed754_shipped" and int(b.lap.opt.gn_steps) > map_.GN_MAX_STEPS:
             assert a.converged_by_rule and float(a.lap.decrement) <= SHIPPED_TOL, a.run_id
             continue
-        assert a.steps == b.steps and a.flags == b.flags, a.run_id
-        for x, y in zip(jax.tree.leaves(a.lap), jax.tree.leaves(b.lap), strict=True):
-            np.testing.assert_array_equal(x, y, err_msg=a.run_id)
+        # the same fit in another compiled program (the rules' constants differ): the same
+        # flags, the same steps but where rounding tips one stopping test, and each mode
+        # within sqrt(2 decrement) posterior sd of the true mode (the Newton step still to
+        # go), so the two within the sum of those (+1e-9 sd for rounding), and the same
+        # Laplace widths to that relative precision
+        assert a.flags == b.flags and abs(a.steps - b.steps) <= 1, a.run_id
+        assert a.converged_by_rule, a.run_id
+        bound = float(np.sqrt(2 * b.lap.decrement) + np.sqrt(2 * a.lap.decrement)) + 1e-9
+        sd = np.asarray(b.lap.std, np.float64)
+        shift = np.abs(np.asarray(a.lap.opt.x, np.float64) - np.asarray(b.lap.opt.x)) / sd
+        assert shift.max() <= bound, (a.run_id, shift.max(), bound)
+        np.testing.assert_allclose(a.lap.std, b.lap.std, rtol=max(bound, 1e-6),
+                                   err_msg=a.run_id)  # fmt: skip
 
 
 def test_float32_stops_at_the_float_floor_and_its_decrement_decides(floor32):
