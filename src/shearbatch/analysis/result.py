@@ -325,6 +325,26 @@ class Section:
         return cls(**kw, extra=extra, keys=tuple(d))
 
     @classmethod
+    def of(cls, **fields: Any) -> Self:
+        """A record of exactly these fields, written in the order given (what the analysis
+        computed: a section without a key it did not compute, e.g. a skipped test holds
+        only ``skipped``)."""
+        return cls(**fields, keys=tuple(fields))
+
+    def set(self, **changes: Any) -> Self:
+        """The record with ``changes``; a field it did not hold is written after the others."""
+        keys = self.keys
+        if keys is not None:
+            keys = (*keys, *(k for k in changes if k not in keys))
+        return dataclasses.replace(self, **changes, keys=keys)
+
+    def has(self, key: str) -> bool:
+        """Whether the record holds ``key`` (a field it was given, or one read back)."""
+        return key in self.extra or (
+            key in self._names() and (self.keys is None or key in self.keys)
+        )
+
+    @classmethod
     def maybe(cls, d: Mapping[str, Any] | Self | None) -> Self | None:
         """:meth:`from_json`, None for None (a section the file has as null), a record as
         it is."""
