@@ -82,8 +82,8 @@ def test_jackknife_and_bootstrap_agree_on_a_large_table():
     _, fits, _ = bias.measure_bias(df, estimator="regression", n_boot=2000)
     for comp in ("g1", "g2"):
         e = fits[comp].errors
-        jk = np.atleast_1d(e["jackknife"])
-        bs = np.atleast_1d(e["bootstrap"])
+        jk = np.atleast_1d(e.jackknife)
+        bs = np.atleast_1d(e.bootstrap)
         np.testing.assert_allclose(bs, jk, rtol=0.25)
     assert fits["g1"].error_method == "jackknife"
     assert fits["g1"].n_groups == 400
@@ -109,12 +109,12 @@ def test_coverage_of_gaussian_posteriors_is_tested_two_sided(scale, status):
     s = SIGMA * scale
     for level, z in ((0.68, 0.9945), (0.95, 1.96)):
         r = bias_fits.coverage(truth, mean - z * s, mean + z * s, level)
-        assert r["status"] == status and r["passed"] is (status == "pass"), r
-        lo, hi = r["band"]
+        assert r.status == status and r.passed is (status == "pass"), r
+        lo, hi = r.band
         se = np.sqrt(level * (1 - level) / n)
         assert (lo, hi) == pytest.approx((level - 3 * se, min(1.0, level + 3 * se)))
         if status == "fail":
-            assert ("low" if scale < 1 else "high") in r["reason"]
+            assert ("low" if scale < 1 else "high") in r.reason
 
 
 def test_coverage_counts_independent_seeds_and_needs_enough_of_them():
@@ -124,33 +124,33 @@ def test_coverage_counts_independent_seeds_and_needs_enough_of_them():
     lo, hi = truth - 1.0, truth + 1.0  # every truth inside: coverage 1.0
     seeds = np.repeat(np.arange(15), 4)  # 15 seeds x 4 grid points
     r = bias_fits.coverage(truth, lo, hi, 0.95, groups=seeds, min_seeds=20)
-    assert (r["n"], r["n_eff"]) == (60, 15)
-    assert r["status"] == "inconclusive" and "too few to test" in r["reason"] and not r["passed"]
-    assert r["se"] == pytest.approx(np.sqrt(0.95 * 0.05 / 15))
+    assert (r.n, r.n_eff) == (60, 15)
+    assert r.status == "inconclusive" and "too few to test" in r.reason and not r.passed
+    assert r.se == pytest.approx(np.sqrt(0.95 * 0.05 / 15))
     r = bias_fits.coverage(truth, lo, hi, 0.95, groups=seeds, min_seeds=10)
-    assert r["status"] == "pass"
+    assert r.status == "pass"
     # 40 seeds: 1.0 is above 0.68 + 3 sqrt(0.68 * 0.32 / 40) = 0.90 (it is not with 15
     # seeds, where the band reaches 1: the band is counted in seeds, not rows)
     truth = np.zeros(160)
     seeds = np.repeat(np.arange(40), 4)
     r = bias_fits.coverage(truth, truth - 1.0, truth + 1.0, 0.68, groups=seeds)
-    assert r["status"] == "fail" and "too high" in r["reason"] and r["band"][1] < 0.91
+    assert r.status == "fail" and "too high" in r.reason and r.band[1] < 0.91
 
 
 def test_coverage_skipped_for_point_estimates():
     t = np.zeros(5)
-    assert "skipped" in bias_fits.coverage(t, t, t, 0.68)
+    assert bias_fits.coverage(t, t, t, 0.68).skipped
 
 
 def test_sbc_uniform_ranks_pass_and_biased_ranks_fail():
     rng = np.random.default_rng(6)
-    assert bias_fits.sbc(rng.uniform(size=500))["p_value"] > 1e-3
-    assert bias_fits.sbc(rng.beta(2, 2, size=500))["p_value"] < 1e-3
+    assert bias_fits.sbc(rng.uniform(size=500)).p_value > 1e-3
+    assert bias_fits.sbc(rng.beta(2, 2, size=500)).p_value < 1e-3
     r = bias_fits.sbc(np.array([0.5]))
-    assert r["status"] == "inconclusive" and "too few to test" in r["reason"]
+    assert r.status == "inconclusive" and "too few to test" in r.reason
     # 30 ranks but only 10 independent seeds: too few to test at min_seeds 20
     r = bias_fits.sbc(rng.uniform(size=30), groups=np.repeat(np.arange(10), 3))
-    assert r["status"] == "inconclusive" and r["n_eff"] == 10 and "p_value" in r
+    assert r.status == "inconclusive" and r.n_eff == 10 and r.p_value is not None
 
 
 def test_exclusions_are_counted_with_reasons():
@@ -231,7 +231,7 @@ def test_default_weights_are_unbiased_when_the_width_correlates_with_the_estimat
     assert abs(res.m1) < 3 * res.m1_err
     assert abs(res.c1) < 3 * res.c1_err and abs(res.c2) < 3 * res.c2_err
     iv, _, _ = bias.measure_bias(df, n_boot=200, weights="inverse-variance")
-    assert iv.weights == "inverse-variance" and iv.fits.g1.errors["weighted"]
+    assert iv.weights == "inverse-variance" and iv.fits.g1.errors.weighted
     assert iv.m1 < -5 * iv.m1_err
 
 

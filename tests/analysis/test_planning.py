@@ -84,7 +84,7 @@ def test_issue_example_half_a_sigma_from_zero_gives_no_fail_estimate(tmp_path):
     assert f"~{need} realizations to PASS < 0.005 if the true value is 0" in res.output
     # the same estimate, detected (sigma 10x smaller, above the threshold): a FAIL estimate
     p = plan(0.0069, 0.001, 0.005, 2.0, 200, 100)
-    assert p["detected"] and p["n_confirm_fail"] == n_needed(0.0069, 0.001, 0.005, 2.0, 200, 100)
+    assert p.detected and p.n_confirm_fail == n_needed(0.0069, 0.001, 0.005, 2.0, 200, 100)
 
 
 def test_unfinished_campaign_is_inconclusive_never_a_convergence_fail(tmp_path):

@@ -72,10 +72,25 @@ from .parts import (
     PerPoint,
     RankCounts,
 )
-from .result import BiasResult, Criterion, Requirement, Scope
+from .result import (
+    Acceptance,
+    BiasResult,
+    ComponentFit,
+    Coverage,
+    Coverages,
+    Criterion,
+    Design,
+    Fits,
+    NoiseBias,
+    Prior,
+    Requirement,
+    Sbc,
+    SbcTest,
+    Scope,
+)
 from .scope import scope
 from .summary_table import current_columns
-from .verdict import criteria, overall, planning
+from .verdict import criteria, overall, planning, sbc_status
 
 __all__ = [
     "ESTIMATORS",
@@ -191,7 +206,7 @@ MEASURED_NOISE_BIAS = f"{MEASURED}, 'Noise bias and planning'"
 MEASURED_LEVELS = f"{MEASURED}, 'Levels 1 and 2'"
 
 
-def noise_bias_note(use: Any) -> dict[str, Any] | None:
+def noise_bias_note(use: Any) -> NoiseBias | None:
     """For campaigns at low S/N (median below :data:`NOISE_BIAS_SNR`): the expected order
     of the joint mode's noise bias (MAP), or the warning that averaged posterior means
     (NUTS, VI) are no unbiased shear estimator there; each names the page where the
@@ -202,7 +217,7 @@ def noise_bias_note(use: Any) -> dict[str, Any] | None:
     return noise_note(set(use["point_estimate"].dropna().astype(str)), snr[np.isfinite(snr)])
 
 
-def noise_note(estimates: set[str], snr: np.ndarray) -> dict[str, Any] | None:
+def noise_note(estimates: set[str], snr: np.ndarray) -> NoiseBias | None:
     """:func:`noise_bias_note` from the usable rows' point estimates and finite S/N."""
     if not snr.size or np.median(snr) >= NOISE_BIAS_SNR or len(estimates) != 1:
         return None
@@ -210,23 +225,23 @@ def noise_note(estimates: set[str], snr: np.ndarray) -> dict[str, Any] | None:
     if estimates == {"population"}:  # the interim model's marginal likelihood: no such note
         return None
     if estimates != {"mode"}:  # posterior means / medians (NUTS, VI)
-        return {"median_snr": med, "expected_order": None,
-                "message": "per-realization posterior means (or medians) of g marginalise the "
+        return NoiseBias.of(median_snr=med, expected_order=None,
+                message="per-realization posterior means (or medians) of g marginalise the "
                            "intrinsic ellipticity: where it is a free latent their average "
                            f"is not an unbiased shear estimator at survey S/N (median {med:.3g})"
                            "; NUTS's and VI's measured m for one exponential galaxy: "
                            f"{MEASURED_NOISE_BIAS}; the survey configs use the joint mode "
                            "(--method map); the population estimator (inference.shear_model: "
                            "interim) pools marginal likelihoods instead "
-                           "(docs/results/population_estimator.md)"}  # fmt: skip
-    return {"median_snr": med, "expected_order": med**-2,
-            "message": f"MAP estimates are joint modes: noise bias of order (S/N)^-2 = "
+                           "(docs/results/population_estimator.md)")  # fmt: skip
+    return NoiseBias.of(median_snr=med, expected_order=med**-2,
+            message=f"MAP estimates are joint modes: noise bias of order (S/N)^-2 = "
                        f"{med**-2:.1g} at the median S/N {med:.3g}; measured m for one "
                        f"galaxy per realization against S/N: {MEASURED_NOISE_BIAS}; it can be "
                        "far larger with many small galaxies sharing one shear: "
                        f"{MEASURED_LEVELS}; the population estimator (inference.shear_model: "
                        "interim) integrates the nuisances instead "
-                       "(docs/results/population_estimator.md)"}  # fmt: skip
+                       "(docs/results/population_estimator.md)")  # fmt: skip
 
 
 def warning_counts(use: Any) -> dict[str, int]:
@@ -285,11 +300,11 @@ def prepare_table(df: Any) -> Any:
 
 def judge(
     fits: dict[str, Fit],
-    cov: dict[str, Any],
-    sbc_res: dict[str, Any],
+    cov: Coverages,
+    sbc_res: Sbc,
     n_used: int,
     sc: Scope,
-    acc: dict[str, Any],
+    acc: Acceptance,
 ) -> tuple[list[Criterion], str, str | None]:
     """Step 3's verdict: ``(criteria, verdict, verdict of the complete ones)``. The fraction
     converged is over the complete realizations (missing work is not a convergence
@@ -353,7 +368,7 @@ def measure_bias(
                                    for part in parts.frames()), PartScan.empty())  # fmt: skip
     sc = merge_scope(scan, st.include_unplanned)
     point = _merged_point(scan, st.point)
-    acc = {**rq.criteria_of(name), **(acceptance or {})}
+    acc = Acceptance.of(**{**rq.criteria_of(name), **(acceptance or {})})
     _merged_truth_check(scan)
     names = present_order(set(getattr(scan.present, point)))
     n_rows = scan.n_planned
@@ -390,12 +405,11 @@ def measure_bias(
                                            population)  # fmt: skip
     n_seeds = total.n_seeds
     cov = _merged_coverage(total, acc, n_seeds)
-    sbc_res = _merged_sbc(total, st.sbc_mode, int(acc["min_seeds"]))
+    sbc_res = _merged_sbc(total, st.sbc_mode, int(acc.min_seeds), acc.sbc_p_min)
     crit, verdict, of_complete = judge(fits, cov, sbc_res, n_used, sc, acc)
-    design = {"paired": total.design_pairs,
-              "rotations": 1 if total.rotations is None else total.rotations,
-              "error_groups": "seed",
-              "incomplete_rings_left_out": total.incomplete}  # fmt: skip
+    design = Design.of(paired=total.design_pairs,
+                       rotations=1 if total.rotations is None else total.rotations,
+                       error_groups="seed", incomplete_rings_left_out=total.incomplete)  # fmt: skip
     bias: dict[str, Any] = {}
     for comp, f in fits.items():
         k = comp[1]
@@ -408,11 +422,12 @@ def measure_bias(
         n_realizations=n_rows, n_ok=scan.n_ok, n_failed=scan.n_failed,
         n_incomplete=scan.n_incomplete, n_corrupt=scan.n_corrupt, n_used=n_used,
         n_seeds=n_seeds, excluded=excluded, **bias,
-        fits={c: {"error_method": f.error_method, "error_label": error_label(f), "n": f.n,
-                  "n_groups": f.n_groups, "weights": f.weights, "errors": f.errors}
-              for c, f in fits.items()},
+        fits=Fits(**{c: ComponentFit.of(error_method=f.error_method,
+                                        error_label=error_label(f), n=f.n,
+                                        n_groups=f.n_groups, weights=f.weights,
+                                        errors=f.errors) for c, f in fits.items()}),
         design=design, warnings=_merged_warnings(total), population=pooled, coverage=cov,
-        sbc=sbc_res, acceptance=acc, z=acc["z"], criteria=tuple(crit),
+        sbc=sbc_res, acceptance=acc, z=acc.z, criteria=tuple(crit),
         prior=_merged_prior(total), noise_bias=_merged_noise(total), verdict=verdict,
         scope=sc, verdict_of_complete=of_complete,
         planning=planning(crit, fits, design, n_used, n_seeds, st.target_sigma_m),
@@ -748,44 +763,47 @@ def _merged_fits(
     return fits, estimator, None
 
 
-def _merged_coverage(total: PartSums, acc: dict[str, Any], n_seeds: int) -> dict:
+def _merged_coverage(total: PartSums, acc: Acceptance, n_seeds: int) -> Coverages:
     """The coverage section of the whole table from its parts' counts."""
-    cov: dict[str, Any] = {}
+    cov: dict[str, dict[str, Coverage]] = {}
     for comp in ("g1", "g2"):
         cov[comp] = {}
         for lev, got in zip(COVERAGE_LEVELS, getattr(total.coverage, comp), strict=True):
             if got is None:
-                cov[comp][lev] = {"skipped": "posterior quantile columns missing"}
+                cov[comp][lev] = Coverage.of(skipped="posterior quantile columns missing")
             elif got.n == 0:
-                cov[comp][lev] = {"skipped": "no rows"}
+                cov[comp][lev] = Coverage.of(skipped="no rows")
             elif not got.finite:
-                cov[comp][lev] = {"skipped": "posterior quantiles missing"}
+                cov[comp][lev] = Coverage.of(skipped="posterior quantiles missing")
             elif not got.ordered:
-                cov[comp][lev] = {"skipped": "zero-width posterior intervals (point estimates)"}
+                cov[comp][lev] = Coverage.of(
+                    skipped="zero-width posterior intervals (point estimates)")  # fmt: skip
             else:
                 cov[comp][lev] = bias_fits.coverage_counts(
-                    got.n, got.inside, n_seeds, float(lev), acc["coverage_z"],
-                    int(acc["min_seeds"]))  # fmt: skip
-    return cov
+                    got.n, got.inside, n_seeds, float(lev), acc.coverage_z,
+                    int(acc.min_seeds))  # fmt: skip
+    return Coverages.of(**cov)
 
 
-def _merged_sbc(total: PartSums, sbc_mode: str, min_seeds: int) -> dict[str, Any]:
+def _merged_sbc(total: PartSums, sbc_mode: str, min_seeds: int, p_min: float) -> Sbc:
     """The SBC section of the whole table from its parts' rank counts (run when the truths
-    were drawn from the inference prior, or forced)."""
+    were drawn from the inference prior, or forced), each test judged against the
+    p-value floor ``p_min`` (:func:`~shearbatch.analysis.verdict.sbc_status`)."""
     if sbc_mode == "on" or (sbc_mode == "auto" and total.prior_flag):
         out = {}
         for c in ("g1", "g2"):
             got: RankCounts | None = getattr(total.ranks, c)
             if got is None:
-                out[c] = {"skipped": f"rank_{c} column missing"}
+                out[c] = SbcTest.of(skipped=f"rank_{c} column missing")
                 continue
-            out[c] = bias_fits.sbc(np.repeat(got.values, got.counts), min_seeds=min_seeds,
-                               n_seeds=got.n_seeds)  # fmt: skip
-        return out
+            out[c] = sbc_status(bias_fits.sbc(np.repeat(got.values, got.counts),
+                                              min_seeds=min_seeds, n_seeds=got.n_seeds),
+                                p_min)  # fmt: skip
+        return Sbc.of(**out)
     if sbc_mode == "off":
-        return {"skipped": "disabled (--no-sbc)"}
-    return {"skipped": "truths were not drawn from the inference prior (a shear grid); "
-                       "use --sbc to force"}  # fmt: skip
+        return Sbc.of(skipped="disabled (--no-sbc)")
+    return Sbc.of(skipped="truths were not drawn from the inference prior (a shear grid); "
+                          "use --sbc to force")  # fmt: skip
 
 
 def _merged_warnings(total: PartSums) -> dict[str, int]:
@@ -794,19 +812,17 @@ def _merged_warnings(total: PartSums) -> dict[str, int]:
     return {n: total.warnings.get(n) for n in fl.names(fl.WARNINGS) if total.warnings.get(n)}
 
 
-def _merged_prior(total: PartSums) -> dict[str, Any]:
+def _merged_prior(total: PartSums) -> Prior:
     """The prior section of the whole table: each component's and the campaign's prior
     shrinkage pull, and whether the prior dominated."""
-    out: dict[str, Any] = {"threshold": PRIOR_PULL_MAX}
     pulls = {"g1": total.shrinkage.g1, "g2": total.shrinkage.g2}
-    for c in ("g1", "g2"):
-        out[f"shrinkage_{c}"] = campaign_pull({c: pulls[c]})
     pull = campaign_pull(pulls)
-    out["dominated"] = pull is not None and pull > PRIOR_PULL_MAX
-    return out
+    return Prior.of(threshold=PRIOR_PULL_MAX, shrinkage_g1=campaign_pull({"g1": pulls["g1"]}),
+                    shrinkage_g2=campaign_pull({"g2": pulls["g2"]}),
+                    dominated=pull is not None and pull > PRIOR_PULL_MAX)  # fmt: skip
 
 
-def _merged_noise(total: PartSums) -> dict[str, Any] | None:
+def _merged_noise(total: PartSums) -> NoiseBias | None:
     """:func:`noise_bias_note` of the whole table (its median S/N and estimates)."""
     if not total.n_used or not total.noise_inputs:
         return None

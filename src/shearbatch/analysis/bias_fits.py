@@ -70,9 +70,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats as st
 
+from .result import Coverage, ErrorReport, SbcTest
+
 __all__ = [
     "WEIGHTS",
     "Fit",
+    "GroupErrors",
     "SeedSums",
     "complete_rings",
     "coverage",
@@ -118,7 +121,8 @@ class Fit(NamedTuple):
     m_err: float | None
     c_err: float | None
     error_method: str
-    errors: dict[str, Any]
+    errors: ErrorReport
+    """Every error computed (jackknife, bootstrap), as ``fits.<g>.errors`` writes them."""
     n: int
     n_groups: int
     m_reason: str = ""
@@ -260,35 +264,55 @@ def paired_terms(
     return np.stack([w * g * dd, w * g * g, w, w * aa], axis=1)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class GroupErrors:
+    """:func:`group_errors`: each method's standard errors ``(q,)`` and covariance
+    ``(q, q)`` (None when it could not be formed), the finite bootstrap draws ``(B, q)``
+    and their number ``B``."""
+
+    jackknife: np.ndarray | None
+    jackknife_cov: np.ndarray | None
+    bootstrap: np.ndarray | None
+    bootstrap_cov: np.ndarray | None
+    boot: np.ndarray
+    n_boot: int
+
+    def std(self, method: str) -> np.ndarray | None:
+        """The standard errors of ``method`` (``jackknife``, ``bootstrap``; None: ``none``
+        or not formed)."""
+        return {"jackknife": self.jackknife, "bootstrap": self.bootstrap}.get(method)
+
+    def cov(self, method: str) -> np.ndarray | None:
+        """The covariance of ``method`` (None: ``none`` or not formed)."""
+        return {"jackknife": self.jackknife_cov, "bootstrap": self.bootstrap_cov}.get(method)
+
+
 def group_errors(
     sums: np.ndarray,
     fn: Callable[[np.ndarray], np.ndarray],
     *,
     n_boot: int = 1000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> GroupErrors:
     """Jackknife (delete-one-group) and group-bootstrap errors of ``fn(S)``.
 
     ``sums`` is ``(G, p)``; ``fn`` maps ``(..., p)`` totals to ``(..., q)`` estimates.
-    Returns ``{"jackknife": std (q,) | None, "jackknife_cov": (q, q) | None,
-    "bootstrap": std (q,) | None, "bootstrap_cov": (q, q) | None, "boot": (B, q),
-    "n_boot": B}``. Both need ``G >= 2`` (one seed resampled is always itself)
-    and finite replicates.
+    Both need ``G >= 2`` (one seed resampled is always itself) and finite replicates;
+    otherwise that method's errors are None.
     """
     g = sums.shape[0]
     total = sums.sum(axis=0)
-    out: dict[str, Any] = {"jackknife": None, "jackknife_cov": None, "bootstrap": None,
-                           "bootstrap_cov": None, "n_boot": 0}  # fmt: skip
     q = np.atleast_1d(fn(total)).shape[-1]
-    out["boot"] = np.zeros((0, q))
+    none = GroupErrors(None, None, None, None, np.zeros((0, q)), 0)
     if g < 2:
-        return out
+        return none
+    jk_std = jk_cov = None
     with np.errstate(divide="ignore", invalid="ignore"):
         jk = fn(total[None, :] - sums)
     if np.all(np.isfinite(jk)):
         dev = jk - jk.mean(axis=0)
-        cov = (g - 1) / g * dev.T @ dev
-        out["jackknife_cov"], out["jackknife"] = cov, np.sqrt(np.diag(cov))
+        jk_cov = (g - 1) / g * dev.T @ dev
+        jk_std = np.sqrt(np.diag(jk_cov))
     rng = np.random.default_rng(seed)
     # the resamples' counts a chunk at a time (~64 MB): the same draws in the same order as
     # one (n_boot, G) array, which at field scale (10**5 seeds) would be gigabytes
@@ -299,42 +323,45 @@ def group_errors(
     with np.errstate(divide="ignore", invalid="ignore"):
         boot = fn(totals)
     ok = np.all(np.isfinite(boot), axis=1)
-    out["boot"], out["n_boot"] = boot[ok], int(ok.sum())
+    bs_std = bs_cov = None
     if ok.sum() > 1:
-        cov = np.atleast_2d(np.cov(boot[ok].T, ddof=1))
-        out["bootstrap_cov"], out["bootstrap"] = cov, np.sqrt(np.diag(cov))
-    return out
+        bs_cov = np.atleast_2d(np.cov(boot[ok].T, ddof=1))
+        bs_std = np.sqrt(np.diag(bs_cov))
+    return GroupErrors(jk_std, jk_cov, bs_std, bs_cov, boot[ok], int(ok.sum()))
 
 
-def _chosen(errs: dict[str, Any], prefer: str) -> str:
+def _chosen(errs: GroupErrors, prefer: str) -> str:
     """``prefer`` when it exists, else the other method, else ``none``."""
     for method in (prefer, "bootstrap", "jackknife"):
-        if errs.get(method) is not None:
+        if errs.std(method) is not None:
             return method
     return "none"
 
 
-def _report(errs: dict[str, Any], g: int, weights: str) -> dict[str, Any]:
-    rep: dict[str, Any] = {
-        k: (None if errs[k] is None else [float(x) for x in errs[k]])
-        for k in ("jackknife", "bootstrap")
-    }
-    rep.update(n_boot=errs["n_boot"], n_groups=g, weights=weights,
-               weighted=weights != "none")  # fmt: skip
-    return rep
+def error_report(jackknife: Any, bootstrap: Any, n_boot: int, g: int, weights: str) -> ErrorReport:
+    """``fits.<g>.errors``: each method's standard errors (a list, or one number for the
+    constant-truth fit's c; None when not formed), the bootstrap draws, the seeds and the
+    weights."""
+    return ErrorReport.of(jackknife=jackknife, bootstrap=bootstrap, n_boot=n_boot, n_groups=g,
+                          weights=weights, weighted=weights != "none")  # fmt: skip
 
 
-def _finish(
-    est: np.ndarray, errs: dict[str, Any], prefer: str, n: int, g: int, weights: str
-) -> Fit:
+def _report(errs: GroupErrors, g: int, weights: str) -> ErrorReport:
+    jk, bs = (
+        None if e is None else [float(x) for x in e] for e in (errs.jackknife, errs.bootstrap)
+    )
+    return error_report(jk, bs, errs.n_boot, g, weights)
+
+
+def _finish(est: np.ndarray, errs: GroupErrors, prefer: str, n: int, g: int, weights: str) -> Fit:
     """A :class:`Fit` from ``est = (1 + m, c)`` and the errors of the chosen method."""
     chosen = _chosen(errs, prefer)
     shift = np.array([1.0, 0.0])
-    cov = None if chosen == "none" else errs[f"{chosen}_cov"]
+    cov = errs.cov(chosen)
     m_err = None if cov is None else float(np.sqrt(cov[0, 0]))
     c_err = None if cov is None else float(np.sqrt(cov[1, 1]))
     return Fit(float(est[0]) - 1.0, float(est[1]), m_err, c_err, chosen, _report(errs, g, weights),
-               n, g, "", errs["boot"] - shift, cov, weights)  # fmt: skip
+               n, g, "", errs.boot - shift, cov, weights)  # fmt: skip
 
 
 def fit_regression(
@@ -423,12 +450,12 @@ def offset_from_sums(
     errs = group_errors(sums, fn, n_boot=n_boot, seed=seed)
     chosen = _chosen(errs, errors)
     c = float(fn(sums.sum(axis=0))[0])
-    c_err = None if chosen == "none" else float(errs[chosen][0])
+    std = errs.std(chosen)
+    c_err = None if std is None else float(std[0])
     cov = None if c_err is None else np.diag([0.0, c_err**2])
-    rep = {k: (None if errs[k] is None else float(errs[k][0])) for k in ("jackknife", "bootstrap")}
-    rep.update(n_boot=errs["n_boot"], n_groups=sums.shape[0], weights=weights,
-               weighted=weights != "none")  # fmt: skip
-    boot = np.stack([np.zeros(len(errs["boot"])), errs["boot"][:, 0]], axis=1)
+    jk, bs = (None if e is None else float(e[0]) for e in (errs.jackknife, errs.bootstrap))
+    rep = error_report(jk, bs, errs.n_boot, sums.shape[0], weights)
+    boot = np.stack([np.zeros(len(errs.boot)), errs.boot[:, 0]], axis=1)
     return Fit(None, c, None, c_err, chosen, rep, n, sums.shape[0], reason, boot, cov,
                weights)  # fmt: skip
 
@@ -564,7 +591,7 @@ def coverage(
     z: float = 3.0,
     groups: np.ndarray | None = None,
     min_seeds: int = 20,
-) -> dict[str, Any]:
+) -> Coverage:
     """Observed coverage of central ``level`` intervals ``[q_lo, q_hi]``, tested two-sided.
 
     Realizations sharing a seed (``groups``: one noise field reused at every
@@ -573,17 +600,17 @@ def coverage(
     seed's members are not all inside or all outside. ``status`` is ``pass``
     when the observed fraction lies in ``[p - z se, p + z se]`` (clipped to
     [0, 1]), ``se = sqrt(p (1 - p) / n)``, ``fail`` outside it (too low or too
-    high), and ``inconclusive`` with fewer than ``min_seeds`` seeds. Returns
-    ``{"skipped": reason}`` when the intervals are missing or have no width
+    high), and ``inconclusive`` with fewer than ``min_seeds`` seeds. Holds only
+    ``skipped`` (the reason) when the intervals are missing or have no width
     (e.g. a point estimate): not a test at all.
     """
     t, lo, hi = (np.asarray(a, float) for a in (g_true, q_lo, q_hi))
     if t.size == 0:
-        return {"skipped": "no rows"}
+        return Coverage.of(skipped="no rows")
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
-        return {"skipped": "posterior quantiles missing"}
+        return Coverage.of(skipped="posterior quantiles missing")
     if not np.all(hi > lo):
-        return {"skipped": "zero-width posterior intervals (point estimates)"}
+        return Coverage.of(skipped="zero-width posterior intervals (point estimates)")
     inside = (lo <= t) & (t <= hi)
     return coverage_counts(t.size, int(inside.sum()), n_independent(groups, t.size), level, z,
                            min_seeds)  # fmt: skip
@@ -591,11 +618,11 @@ def coverage(
 
 def coverage_counts(
     n: int, n_inside: int, n_eff: int, level: float, z: float = 3.0, min_seeds: int = 20
-) -> dict[str, Any]:
+) -> Coverage:
     """:func:`coverage` from its counts: ``n`` rows with finite, non-degenerate intervals,
     ``n_inside`` of them holding the truth, ``n_eff`` independent seeds."""
     if n == 0:
-        return {"skipped": "no rows"}
+        return Coverage.of(skipped="no rows")
     f = n_inside / n
     se = math.sqrt(level * (1.0 - level) / n_eff)
     band = [max(0.0, level - z * se), min(1.0, level + z * se)]
@@ -607,9 +634,9 @@ def coverage_counts(
         status, reason = "fail", "coverage too high (intervals too wide)"
     else:
         status, reason = "pass", ""
-    return {"observed": f, "expected": level, "band": band, "se": se, "z": z, "n": int(n),
-            "n_eff": int(n_eff), "min_seeds": int(min_seeds), "n_inside": int(n_inside),
-            "status": status, "passed": status == "pass", "reason": reason}  # fmt: skip
+    return Coverage.of(observed=f, expected=level, band=band, se=se, z=z, n=int(n),
+                       n_eff=int(n_eff), min_seeds=int(min_seeds), n_inside=int(n_inside),
+                       status=status, passed=status == "pass", reason=reason)  # fmt: skip
 
 
 def sbc(
@@ -618,7 +645,7 @@ def sbc(
     groups: np.ndarray | None = None,
     min_seeds: int = 20,
     n_seeds: int | None = None,
-) -> dict[str, Any]:
+) -> SbcTest:
     """Uniformity of SBC ranks in [0, 1]: chi-square on equal bins (>= 5 expected each) and KS.
 
     The test needs ``min_seeds`` independent seeds (``groups``; default: one per
@@ -633,21 +660,20 @@ def sbc(
     r = r[ok]
     if n_seeds is None:  # else given: the independent seeds among the finite ranks
         n_seeds = n_independent(None if groups is None else np.asarray(groups)[ok], r.size)
-    out: dict[str, Any] = {"n": int(r.size), "n_eff": int(n_seeds), "min_seeds": int(min_seeds)}
+    out = SbcTest.of(n=int(r.size), n_eff=int(n_seeds), min_seeds=int(min_seeds))
     if n_seeds < min_seeds or r.size < 10:
         why = _too_few(n_seeds, min_seeds) if n_seeds < min_seeds else (
             f"too few to test: {r.size} ranks < 10")  # fmt: skip
-        out.update(status="inconclusive", reason=why)
+        out = out.set(status="inconclusive", reason=why)
     if r.size < 10:
         return out
     bins = n_bins or int(np.clip(r.size // 5, 2, 20))
     counts, _ = np.histogram(np.clip(r, 0.0, 1.0), bins=bins, range=(0.0, 1.0))
     chi2 = st.chisquare(counts)
     ks = st.kstest(r, "uniform")
-    out.update({"n_bins": bins, "counts": counts.tolist(),
-                "chi2": float(chi2.statistic), "p_value": float(chi2.pvalue),
-                "ks_statistic": float(ks.statistic), "ks_p_value": float(ks.pvalue)})  # fmt: skip
-    return out
+    return out.set(n_bins=bins, counts=counts.tolist(), chi2=float(chi2.statistic),
+                   p_value=float(chi2.pvalue), ks_statistic=float(ks.statistic),
+                   ks_p_value=float(ks.pvalue))  # fmt: skip
 
 
 def error_label(fit: Fit) -> str:
@@ -656,7 +682,7 @@ def error_label(fit: Fit) -> str:
         return f"no error: {fit.n_groups} independent seed(s)"
     label = f"{fit.error_method} over {fit.n_groups} seeds"
     if fit.error_method == "bootstrap":
-        label += f", {fit.errors.get('n_boot', 0)} resamples"
+        label += f", {fit.errors.n_boot or 0} resamples"
     return label
 
 

@@ -15,7 +15,8 @@ The JSON keeps its published layout, top level in this order: ``level``, ``estim
 ``acceptance``, ``z``, ``criteria`` (:class:`Criterion` each), ``prior``, ``noise_bias``,
 ``verdict``, ``scope``, ``verdict_of_complete`` (an unfinished campaign only), ``passed``
 and ``planning``. Each section is a record (:class:`Section`): ``fits`` (:class:`Fits`,
-a :class:`ComponentFit` per component), ``design`` (:class:`Design`), ``coverage``
+a :class:`ComponentFit` per component, its
+:class:`ErrorReport`), ``design`` (:class:`Design`), ``coverage``
 (:class:`Coverages` of :class:`Coverage`), ``sbc`` (:class:`Sbc` of :class:`SbcTest`),
 ``population`` (:class:`Population` of :class:`GridPoint`), ``prior`` (:class:`Prior`),
 ``acceptance`` (:class:`Acceptance`), ``noise_bias`` (:class:`NoiseBias`), ``scope`` (:class:`Scope`) and ``planning``
@@ -39,6 +40,7 @@ __all__ = [
     "Coverages",
     "Criterion",
     "Design",
+    "ErrorReport",
     "Fits",
     "GridPoint",
     "NoiseBias",
@@ -328,7 +330,8 @@ class Section:
     def of(cls, **fields: Any) -> Self:
         """A record of exactly these fields, written in the order given (what the analysis
         computed: a section without a key it did not compute, e.g. a skipped test holds
-        only ``skipped``)."""
+        only ``skipped``). :class:`Fits` keeps its own ``of`` (a component's fit) and is
+        built by its constructor."""
         return cls(**fields, keys=tuple(fields))
 
     def set(self, **changes: Any) -> Self:
@@ -388,6 +391,22 @@ def _load(kind: Any, v: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
+class ErrorReport(Section):
+    """``fits.<g>.errors``: every error estimate computed for one component's fit
+    (:func:`shearbatch.analysis.bias_fits.error_report`)."""
+
+    jackknife: list[float] | float | None = None
+    """The jackknife's standard errors of ``(1 + m, c)`` (one number: ``c`` of a
+    constant-truth fit); None when not formed."""
+    bootstrap: list[float] | float | None = None
+    n_boot: int | None = None
+    """Finite bootstrap resamples."""
+    n_groups: int | None = None
+    weights: str | None = None
+    weighted: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ComponentFit(Section):
     """``fits.g1`` / ``fits.g2``: how m and c of one component were fitted."""
 
@@ -397,8 +416,9 @@ class ComponentFit(Section):
     n: int | None = None
     n_groups: int | None = None
     weights: str | None = None
-    errors: Any = None
+    errors: ErrorReport | None = None
     """Every error estimate computed (jackknife, bootstrap, ...)."""
+    _nested: ClassVar[dict[str, Any]] = {"errors": ErrorReport}
 
 
 @dataclasses.dataclass(frozen=True)

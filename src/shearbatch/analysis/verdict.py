@@ -63,6 +63,7 @@ overrides from YAML.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -72,7 +73,16 @@ from scipy import stats as st
 
 from ..schema import requirements as rq
 from .bias_fits import Fit, error_label
-from .result import Criterion
+from .result import (
+    Acceptance,
+    Coverages,
+    Criterion,
+    Design,
+    PlannedCriterion,
+    Planning,
+    Sbc,
+    SbcTest,
+)
 
 __all__ = [
     "ACCEPTANCE",
@@ -80,6 +90,7 @@ __all__ = [
     "LEVELS",
     "STATUSES",
     "VERDICTS",
+    "Plan",
     "criteria",
     "decide",
     "load_acceptance",
@@ -88,6 +99,7 @@ __all__ = [
     "overall",
     "plan",
     "quantile",
+    "sbc_status",
 ]
 
 STATUSES = ("pass", "fail", "inconclusive")
@@ -154,6 +166,19 @@ def n_needed(
     return hi
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """:func:`plan`: the bound's quantile (None without an error), whether the bias is
+    detected, and the realizations to PASS if the true bias were 0, to confirm a FAIL or
+    to PASS at the estimate (None where not asked, or no finite number answers)."""
+
+    quantile: float | None = None
+    detected: bool = False
+    n_pass_if_zero: int | None = None
+    n_confirm_fail: int | None = None
+    n_pass_at_estimate: int | None = None
+
+
 def plan(
     x: float,
     err: float | None,
@@ -161,22 +186,19 @@ def plan(
     z: float,
     n_used: int,
     n_seeds: int | None = None,
-) -> dict[str, Any]:
-    """The realizations questions of one bias ``x +- err`` (module docstring):
-    ``{quantile, detected, n_pass_if_zero, n_confirm_fail, n_pass_at_estimate}``;
-    the counts are None where not asked (or no finite number answers)."""
-    out: dict[str, Any] = {"quantile": None, "detected": False, "n_pass_if_zero": None,
-                           "n_confirm_fail": None, "n_pass_at_estimate": None}  # fmt: skip
+) -> Plan:
+    """The realizations questions of one bias ``x +- err`` (module docstring)."""
     if err is None or not math.isfinite(err) or (n_seeds is not None and n_seeds < 2):
-        return out
+        return Plan()
     a, q = abs(x), quantile(z, n_seeds)
-    out["quantile"] = q
-    out["detected"] = bool(a > q * err)
-    out["n_pass_if_zero"] = n_needed(0.0, err, threshold, z, n_used, n_seeds)
-    if out["detected"]:
-        key = "n_confirm_fail" if a > threshold else "n_pass_at_estimate"
-        out[key] = n_needed(a, err, threshold, z, n_used, n_seeds)
-    return out
+    detected = bool(a > q * err)
+    n0 = n_needed(0.0, err, threshold, z, n_used, n_seeds)
+    if not detected:
+        return Plan(q, detected, n0)
+    n_at = n_needed(a, err, threshold, z, n_used, n_seeds)
+    if a > threshold:
+        return Plan(q, detected, n0, n_confirm_fail=n_at)
+    return Plan(q, detected, n0, n_pass_at_estimate=n_at)
 
 
 def decide(
@@ -206,17 +228,17 @@ def decide(
     bound = "z·σ" if n_seeds is None else f"{q:.3g}·σ (Student-t, {n_seeds - 1} dof)"
     why = (f"|x| < threshold < |x| + {bound}" if a < threshold
            else f"|x| - {bound} <= threshold <= |x|")  # fmt: skip
-    if p["detected"]:  # the estimate is signal: what it takes if it stays there
+    if p.detected:  # the estimate is signal: what it takes if it stays there
         why += f"; bias detected (|x| > {q:.3g}·σ)"
-        if p["n_confirm_fail"]:
-            return "inconclusive", p["n_confirm_fail"], (
-                f"{why}: ~{p['n_confirm_fail']} realizations to confirm a FAIL")  # fmt: skip
-        if p["n_pass_at_estimate"]:
-            return "inconclusive", p["n_pass_at_estimate"], (
-                f"{why}: ~{p['n_pass_at_estimate']} realizations to PASS if it stays at the "
+        if p.n_confirm_fail:
+            return "inconclusive", p.n_confirm_fail, (
+                f"{why}: ~{p.n_confirm_fail} realizations to confirm a FAIL")  # fmt: skip
+        if p.n_pass_at_estimate:
+            return "inconclusive", p.n_pass_at_estimate, (
+                f"{why}: ~{p.n_pass_at_estimate} realizations to PASS if it stays at the "
                 "estimate")  # fmt: skip
         return "inconclusive", None, f"{why}, on the threshold: no number of realizations decides"
-    need = p["n_pass_if_zero"]
+    need = p.n_pass_if_zero
     why += f"; |x| within {q:.3g}·σ of zero (no bias detected)"
     return "inconclusive", need, why + (
         f"; ~{need} realizations to PASS if the true bias is 0" if need else "")  # fmt: skip
@@ -243,20 +265,20 @@ def overall(statuses: Iterable[str]) -> str:
     return "PASS"
 
 
-def _design_words(design: dict[str, Any]) -> str:
-    rot = int(design.get("rotations") or 1)
-    words = "paired (+g/-g)" if design.get("paired") else "unpaired"
+def _design_words(design: Design) -> str:
+    rot = int(design.rotations or 1)
+    words = "paired (+g/-g)" if design.paired else "unpaired"
     return words + (f", ring of {rot} rotations" if rot > 1 else ", no rings")
 
 
 def planning(
     criteria: Sequence[Criterion],
-    fits: dict[str, Any],
-    design: dict[str, Any],
+    fits: Mapping[str, Fit],
+    design: Design,
     n_used: int,
     n_seeds: int,
     target_sigma_m: float | None = None,
-) -> dict[str, Any]:
+) -> Planning:
     """The ``planning`` section of bias_results.json, and its printed ``lines``: per m / c
     criterion the realizations to PASS if the true bias were 0 (and, when the bias is
     detected, to confirm a FAIL or to PASS at the estimate), and with ``target_sigma_m``
@@ -276,17 +298,16 @@ def planning(
         seeds = c.dof + 1 if c.dof is not None else n_seeds  # the fit's seeds
         p = plan(x, err, thr, z, n_used, seeds)
         if c.status != "inconclusive":  # decided: nothing left to confirm
-            p.update(n_confirm_fail=None, n_pass_at_estimate=None)
-        row = {"name": c.name, "value": x, "err": err, "threshold": thr,
-               "status": c.status, **p}  # fmt: skip
-        rows.append(row)
-        n0 = p["n_pass_if_zero"]
-        if p["quantile"] is None:
+            p = dataclasses.replace(p, n_confirm_fail=None, n_pass_at_estimate=None)
+        rows.append(PlannedCriterion.of(name=c.name, value=x, err=err, threshold=thr,
+                                        status=c.status, **dataclasses.asdict(p)))  # fmt: skip
+        n0 = p.n_pass_if_zero
+        if p.quantile is None:
             lines.append(f"  {c.name:<5}: no error estimate (needs at least 2 seeds)")
             continue
         head = f"  {c.name:<5} = {x:.3g} ± {err:.2g} ({c.status}"
-        head += f", {'detected' if p['detected'] else 'not detected'}: |x| "
-        head += f"{'>' if p['detected'] else '<='} {p['quantile']:.3g}·σ): "
+        head += f", {'detected' if p.detected else 'not detected'}: |x| "
+        head += f"{'>' if p.detected else '<='} {p.quantile:.3g}·σ): "
         if n0 is None:
             lines.append(head + "no finite number of realizations decides")
             continue
@@ -297,23 +318,23 @@ def planning(
             f"[the smallest N >= {n_used}·(q·{err:.4g}/{thr:g})² = "
             f"{n_used * (q0 * err / thr) ** 2:.1f} with q = {q0:.5g} at {s0} seeds]"
         )
-        if p["n_confirm_fail"]:
-            text += f"; ~{p['n_confirm_fail']} to confirm a FAIL"
-        elif p["n_pass_at_estimate"]:
-            text += f"; ~{p['n_pass_at_estimate']} to PASS if it stays at {x:.3g}"
+        if p.n_confirm_fail:
+            text += f"; ~{p.n_confirm_fail} to confirm a FAIL"
+        elif p.n_pass_at_estimate:
+            text += f"; ~{p.n_pass_at_estimate} to PASS if it stays at {x:.3g}"
         lines.append(head + text)
     notes = []
-    c_open = [r for r in rows if r["name"].startswith("|c") and r["status"] != "pass"]
-    if c_open and int(design.get("rotations") or 1) < 2:
+    c_open = [r for r in rows if r.name.startswith("|c") and r.status != "pass"]
+    if c_open and int(design.rotations or 1) < 2:
         notes.append("c: pairs cancel the intrinsic shape in m, not in c (c is the mean of "
                      "each pair's average, which keeps the shape); a ring design "
                      "(bias-run --rotations 2) cancels it in c too: docs/first-campaign.md")  # fmt: skip
-    out: dict[str, Any] = {"design": words, "paired": bool(design.get("paired")),
-                           "rotations": int(design.get("rotations") or 1), "n_used": n_used,
-                           "n_seeds": n_seeds, "realizations_per_seed": per_seed,
-                           "criteria": rows, "target_sigma_m": target_sigma_m}  # fmt: skip
+    out = Planning.of(design=words, paired=bool(design.paired),
+                      rotations=int(design.rotations or 1), n_used=n_used, n_seeds=n_seeds,
+                      realizations_per_seed=per_seed, criteria=rows,
+                      target_sigma_m=target_sigma_m)  # fmt: skip
     if target_sigma_m is not None:
-        need = {}
+        need: dict[str, int | None] = {}
         for comp, f in fits.items():
             k = f"m{comp[1]}"
             if f.m is None or f.m_err is None:
@@ -323,10 +344,8 @@ def planning(
             lines.append(f"  sigma_{k} = {target_sigma_m:g}: ~{need[k]} realizations "
                          f"(~{math.ceil(need[k] / per_seed)} seeds) of this design "
                          f"[{n_used}·({f.m_err:.4g}/{target_sigma_m:g})²]")  # fmt: skip
-        out["n_for_target"] = need
-    out["notes"] = notes
-    out["lines"] = lines + [f"  NOTE {n}" for n in notes]
-    return out
+        out = out.set(n_for_target=need)
+    return out.set(notes=notes, lines=lines + [f"  NOTE {n}" for n in notes])
 
 
 def _criterion(
@@ -342,15 +361,14 @@ def _criterion(
     reason: str = "",
     quantile: float | None = None,
     dof: int | None = None,
-    planning: dict[str, Any] | None = None,
+    planning: Plan | None = None,
 ) -> Criterion:
     """One criterion; ``quantile`` / ``dof``: the Student-t bound of an m or c criterion,
     ``planning``: its :func:`plan` (None for the others)."""
-    p = planning or {}
     return Criterion(name, value, threshold, status, err=err, z=z, n_needed=n_needed,
                      error_method=error_method, reason=reason, quantile=quantile, dof=dof,
-                     detected=p.get("detected"),
-                     n_pass_if_zero=p.get("n_pass_if_zero"))  # fmt: skip
+                     detected=None if planning is None else planning.detected,
+                     n_pass_if_zero=None if planning is None else planning.n_pass_if_zero)  # fmt: skip
 
 
 def _scaled(n_used: int, n_seeds: int, min_seeds: int) -> int:
@@ -358,23 +376,33 @@ def _scaled(n_used: int, n_seeds: int, min_seeds: int) -> int:
     return math.ceil(n_used * min_seeds / max(n_seeds, 1))
 
 
+def sbc_status(test: SbcTest, p_min: float) -> SbcTest:
+    """An SBC test judged: ``inconclusive`` as it stands (too few to test), else ``pass``
+    when its chi-square p-value is at least ``p_min``, ``fail`` (ranks not uniform)
+    otherwise."""
+    if test.status == "inconclusive" or test.skipped is not None:
+        return test
+    return test.set(status="pass" if test.p_value >= p_min else "fail")
+
+
 def criteria(
-    fits: dict[str, Fit],
-    cov: dict[str, Any],
-    sbc_res: dict[str, Any],
+    fits: Mapping[str, Fit],
+    cov: Coverages | None,
+    sbc_res: Sbc | None,
     frac: float,
-    acc: dict,
+    acc: Acceptance,
     n_used: int | None = None,
 ) -> list[Criterion]:
     """The acceptance criteria (:class:`~shearbatch.analysis.result.Criterion` each): m and
-    c per component (an undefined m is not one), coverage, SBC, fraction converged."""
+    c per component (an undefined m is not one), coverage (None: not tested), SBC (its
+    tests judged by :func:`sbc_status`; None: not run), fraction converged."""
     out = []
-    z = acc["z"]
+    z = acc.z
     n_used = n_used if n_used is not None else max(f.n for f in fits.values())
     for comp, f in fits.items():
         k = comp[1]
-        for q, x, err, thr in (("m", f.m, f.m_err, acc["max_abs_m"]),
-                               ("c", f.c, f.c_err, acc["max_abs_c"])):  # fmt: skip
+        for q, x, err, thr in (("m", f.m, f.m_err, acc.max_abs_m),
+                               ("c", f.c, f.c_err, acc.max_abs_c)):  # fmt: skip
             if x is None:
                 continue  # undefined: not a criterion (both undefined: measure_bias refuses)
             status, need, why = decide(x, err, thr, z, n_used, f.n_groups)
@@ -383,31 +411,27 @@ def criteria(
                                   quantile=quantile(z, f.n_groups),
                                   dof=max(f.n_groups - 1, 0),
                                   planning=plan(x, err, thr, z, n_used, f.n_groups)))  # fmt: skip
-    for comp, levels in cov.items():
+    for comp, levels in cov.items() if cov is not None else ():
         for lev, r in levels.items():
-            if "observed" not in r:
+            if not r.tested:
                 continue
-            need = _scaled(r["n"], r["n_eff"], r["min_seeds"]) if r["status"] == "inconclusive" \
-                else None  # fmt: skip
-            out.append(_criterion(f"coverage {comp} {float(lev):.0%}", r["observed"], r["band"],
-                                  r["status"], err=r["se"], z=r["z"], n_needed=need,
-                                  error_method=f"binomial over {r['n_eff']} seeds",
-                                  reason=r["reason"]))  # fmt: skip
-    for comp, r in sbc_res.items():
-        if not isinstance(r, dict) or "skipped" in r:
+            need = _scaled(r.n, r.n_eff, r.min_seeds) if r.status == "inconclusive" else None
+            out.append(_criterion(f"coverage {comp} {float(lev):.0%}", r.observed, r.band,
+                                  r.status, err=r.se, z=r.z, n_needed=need,
+                                  error_method=f"binomial over {r.n_eff} seeds",
+                                  reason=r.reason))  # fmt: skip
+    for comp, r in sbc_res.items() if sbc_res is not None else ():
+        if r.skipped is not None:
             continue
-        thr, p = acc["sbc_p_min"], r.get("p_value")
-        if r.get("status") == "inconclusive":
-            status, why = "inconclusive", r["reason"]
-            need = _scaled(r["n"], r["n_eff"], r["min_seeds"])
-        else:
-            status, why, need = (
-                ("pass", "", None) if p >= thr else ("fail", "ranks not uniform", None)
-            )
-        r["status"] = status
-        out.append(_criterion(f"SBC {comp} uniformity p", p, thr, status, n_needed=need,
-                              error_method=f"chi-square over {r['n']} ranks", reason=why))  # fmt: skip
-    thr = acc["min_frac_converged"]
+        thr = acc.sbc_p_min
+        r = sbc_status(r, thr)
+        status, need = r.status, None
+        why = "" if status == "pass" else "ranks not uniform"
+        if status == "inconclusive":
+            why, need = r.reason, _scaled(r.n, r.n_eff, r.min_seeds)
+        out.append(_criterion(f"SBC {comp} uniformity p", r.p_value, thr, status, n_needed=need,
+                              error_method=f"chi-square over {r.n} ranks", reason=why))  # fmt: skip
+    thr = acc.min_frac_converged
     out.append(_criterion("fraction converged", frac, thr, "pass" if frac >= thr else "fail"))
     return out
 
