@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 
 from shearbatch.analysis.compare import compare_estimators, fit_response
+from shearbatch.analysis.result import Acceptance
 from shearbatch.schema import requirements as rq
 
-ACC = rq.criteria_of(rq.resolve("level2"))
+ACC = Acceptance.of(**rq.criteria_of(rq.resolve("level2")))
 
 
 def _table(n_seeds: int = 200, m_fm: float = 0.01, m_an: float = -0.005, seed: int = 1):

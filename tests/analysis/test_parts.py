@@ -187,5 +187,5 @@ def test_the_bootstrap_in_chunks_draws_the_same_resamples():
         chunked = bias_fits.group_errors(sums, fn, n_boot=400, seed=3)
     finally:
         bias_fits.BOOT_CHUNK_CELLS = old
-    np.testing.assert_allclose(chunked["boot"], one["boot"], rtol=1e-12)
-    assert chunked["n_boot"] == one["n_boot"] == 400
+    np.testing.assert_allclose(chunked.boot, one.boot, rtol=1e-12)
+    assert chunked.n_boot == one.n_boot == 400

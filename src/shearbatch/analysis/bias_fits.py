@@ -651,7 +651,8 @@ def sbc(
     The test needs ``min_seeds`` independent seeds (``groups``; default: one per
     rank) and at least 10 ranks; with fewer, ``status`` is ``inconclusive``
     ("too few to test") and the statistics are computed only from 10 ranks on.
-    ``status`` (``pass``/``fail`` against a p-value floor) is set by the caller.
+    ``status`` (``pass``/``fail`` against a p-value floor) is set by
+    :func:`shearbatch.analysis.verdict.sbc_status`.
     ``n_seeds``: the independent seeds among the finite ranks, when ``groups`` is not given
     (ranks merged from parts of a table).
     """

@@ -92,9 +92,10 @@ def provenance(
     argv: Sequence[str],
     posterior_attrs: Sequence[Mapping[str, Any]] = (),
     run_commands: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> dict[str, str]:
     """Commands (this one, and the campaign's bias-run lines), versions, config hashes and
-    machine of a report."""
+    machine of a report: ``{row label: text}``, the report's provenance table in order
+    (``posterior_attrs``: the attributes of the realizations' ``posterior.nc`` files)."""
 
     def v(pkg: str) -> str:
         try:
@@ -134,7 +135,7 @@ def render_report(
     res: BiasResult,
     figures: Sequence[Path],
     flags: Mapping[str, int],
-    prov: Mapping[str, Any],
+    prov: Mapping[str, str],
     config: Mapping[str, str] | None = None,
 ) -> str:
     """The whole HTML document of a ``bias-stats`` result ``res``; ``config``: ``{text,
