@@ -189,7 +189,6 @@ def read_stats(d: Path) -> dict[str, Any]:
 
 def agreement(d: Path) -> dict[str, Any]:
     """In-memory against streamed fit on the same rows (``d``'s summary and index)."""
-    from shearbatch.analysis import pooled
     from shearbatch.analysis import summary_table as ex
     from shearbatch.analysis.bias import measure_bias
     from shearbatch.analysis.partials import index_path
@@ -198,7 +197,7 @@ def agreement(d: Path) -> dict[str, Any]:
     df = ex.read_summary(d / "summary.csv")
     src = PartialSource(index_path(d / "summary.csv"))
     t0 = time.perf_counter()
-    mem = pooled.from_arrays(src.arrays())
+    mem = src.arrays()
     res_m, _, _ = measure_bias(df, requirement="lsst-project", population=mem)
     t_mem = time.perf_counter() - t0
     del mem

@@ -71,17 +71,17 @@ def _by_snr(snr: np.ndarray, kinds: dict[str, np.ndarray], nbins: int = 5) -> di
     return out
 
 
-def population(root: Path) -> dict[str, Any]:
+def population(root: Path) -> Any:
     """The used galaxies' draws: the sidecar ``summary.population.npz`` that bias-extract
     wrote before the partials (an older campaign), else the partials that
     ``summary.partials.json`` indexes (what bias-extract writes now), in memory."""
     from shearbatch.analysis.partials import index_path
-    from shearbatch.analysis.pooled import from_arrays, load_population
+    from shearbatch.analysis.pooled import load_population
     from shearbatch.analysis.streamed import PartialSource
 
     if (root / "summary.population.npz").is_file():
         return load_population(root / "summary.population.npz")
-    return from_arrays(PartialSource(index_path(root / "summary.csv")).arrays())
+    return PartialSource(index_path(root / "summary.csv")).arrays()
 
 
 def measure(root: Path) -> dict[str, Any]:
@@ -98,8 +98,8 @@ def measure(root: Path) -> dict[str, Any]:
         .map(lambda names: "POP_WEIGHTS_COLLAPSED" in [n.strip() for n in names])
     )  # summary.csv names the flags, "|"-separated
     pop = population(root)
-    rid, gal = pop["run_id"].astype(str), pop["galaxy"]
-    eps, base, prior = pop["eps"], pop["log_base"], pop["prior"]
+    rid, gal = pop.run_id.astype(str), pop.galaxy
+    eps, base, prior = pop.eps, pop.log_base, pop.prior
     n_draws = eps.shape[1]
 
     # Laplace importance ESS and S/N per galaxy, in the sidecar's order
@@ -119,9 +119,10 @@ def measure(root: Path) -> dict[str, Any]:
     # the pooled fit per grid point (bias-stats), its per-galaxy ESS at the estimate
     use = df[df["status"] == "ok"].reset_index(drop=True)
     _, rep = pooled_fits(use, pop, paired=True, threads=1)
+    points = rep.to_json()["grid_points"]
     truth = use.set_index("run_id").loc[rid, ["g1_true", "g2_true"]].to_numpy(float).round(12)
     ess_pool = np.full(len(rid), np.nan)
-    for gp in rep["grid_points"]:
+    for gp in points:
         sel = np.flatnonzero(np.all(truth == (gp["g1_true"], gp["g2_true"]), axis=1))
         ev = pnp.evaluate((gp["g1"], gp["g2"]), eps, base, prior, index=sel)
         ess_pool[sel] = ev.ess / np.maximum(ev.n_draws, 1)
@@ -159,7 +160,7 @@ def measure(root: Path) -> dict[str, Any]:
                     "ess_fraction_min",
                 )
             }
-            for gp in rep["grid_points"]
+            for gp in points
         ],
         "histogram": {
             k: np.histogram(np.log10(np.clip(v, 1e-4, 1.0)), bins=np.linspace(-4, 0, 41))[

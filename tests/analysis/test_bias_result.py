@@ -93,7 +93,7 @@ def test_every_committed_result_round_trips_and_renders(path, tmp_path):
     criterion's quantile; their keys come in other orders) reads into the typed record
     and writes back to the same text; the summary and the HTML report render from it."""
     from shearbatch.analysis.report_text import render_report, summary_lines
-    from shearbatch.analysis.result import Coverages, Fits, Prior, Sbc
+    from shearbatch.analysis.result import Coverages, Estimators, Fits, Prior, Sbc
 
     old = path.read_text()
     res = BiasResult.from_json(json.loads(old))
@@ -105,6 +105,10 @@ def test_every_committed_result_round_trips_and_renders(path, tmp_path):
     assert lines[-1].startswith(f"verdict: {res.verdict} ")
     page = render_report(res, [], {}, {"command": "bias-stats"})
     assert f"id='verdict'>{res.verdict}<" in page and "<h2>Coverage</h2>" in page
+    if res.estimators is not None:  # host estimators beside the method: a record too
+        assert isinstance(res.estimators, Estimators) and res.estimators.results
+        assert "estimators on the same realizations:" in lines
+        assert "<h2>Estimators on the same realizations</h2>" in page
 
 
 def test_the_old_string_reads_still_work_with_a_warning():

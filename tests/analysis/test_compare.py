@@ -47,25 +47,27 @@ def side():
 
 
 def test_each_estimator_recovers_its_m(side):
-    fm, an = side["results"]["map"], side["results"]["anacal"]
+    fm, an = side.results["map"], side.results["anacal"]
     for k in "12":
-        assert abs(fm[f"m{k}"] - 0.01) < 4 * fm[f"m{k}_err"]
-        assert abs(an[f"m{k}"] + 0.005) < 4 * an[f"m{k}_err"]
-        assert fm[f"c{k}_err"] > 0 and an[f"c{k}_err"] > 0
-    assert fm["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE") and an["criteria"]
-    assert an["cost"]["s_per_galaxy"] == pytest.approx(0.0005)
-    assert fm["cost"]["s_per_galaxy"] == pytest.approx(0.1)
+        assert abs(getattr(fm, f"m{k}") - 0.01) < 4 * getattr(fm, f"m{k}_err")
+        assert abs(getattr(an, f"m{k}") + 0.005) < 4 * getattr(an, f"m{k}_err")
+        assert getattr(fm, f"c{k}_err") > 0 and getattr(an, f"c{k}_err") > 0
+    assert fm.verdict in ("PASS", "FAIL", "INCONCLUSIVE") and an.criteria
+    assert an.cost.s_per_galaxy == pytest.approx(0.0005)
+    assert fm.cost.s_per_galaxy == pytest.approx(0.1)
+    assert an.n_flagged == 0 and not fm.has("n_flagged")
 
 
 def test_the_difference_has_a_smaller_error_than_either(side):
     """The estimators share realizations: the paired jackknife of the difference is far
     sharper than either estimator's own error."""
-    d = side["differences"]["anacal - map"]
-    fm, an = side["results"]["map"], side["results"]["anacal"]
+    d = side.differences["anacal - map"]
+    fm, an = side.results["map"], side.results["anacal"]
     for q in ("m1", "m2", "c1", "c2"):
-        assert d[f"d{q}"] == pytest.approx(an[q] - fm[q])
-        assert d[f"d{q}_err"] < 0.5 * min(fm[f"{q}_err"], an[f"{q}_err"]), q
-    assert abs(d["dm1"] + 0.015) < 4 * d["dm1_err"]
+        assert getattr(d, f"d{q}") == pytest.approx(getattr(an, q) - getattr(fm, q))
+        assert getattr(d, f"d{q}_err") < 0.5 * min(getattr(fm, f"{q}_err"),
+                                                   getattr(an, f"{q}_err")), q  # fmt: skip
+    assert abs(d.dm1 + 0.015) < 4 * d.dm1_err
 
 
 def test_a_response_estimator_is_a_ratio_of_sums():
@@ -88,3 +90,27 @@ def test_a_response_estimator_is_a_ratio_of_sums():
 def test_no_host_estimator_no_section():
     df = _table(4).drop(columns=[c for c in _table(4).columns if c.startswith("anacal_")])
     assert compare_estimators(df, "mode", ACC, 1.0, "map") is None
+
+
+def test_the_section_is_a_record_that_reads_back_from_its_json(side):
+    """``estimators`` is a record (issue 57): its JSON (strict: a cost without a finite
+    value is null) reads back into the same records, writes the same mapping, and prints
+    the same table."""
+    import json
+
+    from shearbatch.analysis.compare import side_lines
+    from shearbatch.analysis.result import Criterion, EstimatorResult, Estimators
+    from shearbatch.io import to_strict_json
+
+    assert isinstance(side, Estimators) and isinstance(side.results["anacal"], EstimatorResult)
+    assert all(isinstance(c, Criterion) for c in side.results["map"].criteria)
+    text = json.dumps(to_strict_json(side.to_json()))
+    back = Estimators.from_json(json.loads(text))
+    assert json.dumps(to_strict_json(back.to_json())) == text
+    assert list(back.to_json()["results"]["anacal"]) == list(side.to_json()["results"]["anacal"])
+    assert side_lines(back) == side_lines(side)
+    free = side.set(results={**side.results, "map": side.results["map"].set(
+        cost=side.results["map"].cost.set(s_per_galaxy=float("nan"), galaxies_per_s=None))})  # fmt: skip
+    read = Estimators.from_json(json.loads(json.dumps(to_strict_json(free.to_json()))))
+    assert read.results["map"].cost.s_per_galaxy is None
+    assert side_lines(read) == side_lines(free)  # null printed as nan, as NaN is

@@ -73,12 +73,12 @@ def _same_fits(a, b):
                 assert y is None, (c, key)
             else:
                 assert y == pytest.approx(x, rel=0, abs=tol), (c, key)
-    for pa, pb in zip(ra["grid_points"], rb["grid_points"], strict=True):
+    for pa, pb in zip(ra.grid_points, rb.grid_points, strict=True):
         for key in ("g1", "g2", "g1_err", "g2_err"):
-            assert pb[key] == pytest.approx(pa[key], rel=0, abs=TOL_G), key
+            assert getattr(pb, key) == pytest.approx(getattr(pa, key), rel=0, abs=TOL_G), key
         for key in ("n_galaxies", "n_collapsed", "status"):
-            assert pb[key] == pa[key], key
-    assert ra["n_galaxies"] == rb["n_galaxies"] and ra["n_seeds"] == rb["n_seeds"]
+            assert getattr(pb, key) == getattr(pa, key), key
+    assert ra.n_galaxies == rb.n_galaxies and ra.n_seeds == rb.n_seeds
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_streamed_fit_equals_the_in_memory_fit(camp, tmp_path):
     root = _fresh(camp, tmp_path)
     fits, _, index = _fits_streamed(root, tmp_path)
     _same_fits(camp[1], fits)
-    assert fits[1]["streamed"] and fits[1]["passes"] >= 3
+    assert fits[1].streamed and fits[1].passes >= 3
     assert index["counts"]["read"] == SEEDS * len(GRID)
 
 
@@ -208,7 +208,7 @@ def test_grid_points_that_stop_on_different_passes(camp, tmp_path, monkeypatch):
     in-memory fit does."""
     root = _fresh(camp, tmp_path)
     start = pooled.start_points
-    best = [(p["g1"], p["g2"]) for p in camp[1][1]["grid_points"]]
+    best = [(p.g1, p.g2) for p in camp[1][1].grid_points]
 
     def starts(rows, points):
         out = start(rows, points)
@@ -219,7 +219,7 @@ def test_grid_points_that_stop_on_different_passes(camp, tmp_path, monkeypatch):
     monkeypatch.setattr(pooled, "start_points", starts)
     fits, _, _ = _fits_streamed(root, tmp_path)
     _same_fits(camp[1], fits)
-    steps = [p["n_steps"] for p in fits[1]["grid_points"]]
+    steps = [p.n_steps for p in fits[1].grid_points]
     assert max(steps[len(steps) // 2 :]) < min(steps[: len(steps) // 2]), steps
 
 

@@ -129,11 +129,11 @@ def test_extract_fits_each_realization_and_stats_pool_per_grid_point(campaign, m
     assert np.all(df["g1_mean"] == df["g1_mode"]) and np.all(df["g1_std"] > 0)
     # the per-realization column is the maximum of that realization's own likelihood
     z = PartialSource(index_path(csv)).arrays()
-    assert z["eps"].shape == (24, 200, 2) and z["log_base"].shape == (24, 200)
+    assert z.eps.shape == (24, 200, 2) and z.log_base.shape == (24, 200)
     row = df.iloc[0]
-    sel = z["run_id"] == row["run_id"]
-    lp = pop.shape_log_prior(*[_prior(p) for p in json.loads(str(z["population"]))])
-    f = pop.fit(z["eps"][sel], z["log_base"][sel], lp)
+    sel = z.run_id == row["run_id"]
+    lp = pop.shape_log_prior(*[_prior(p) for p in json.loads(z.population)])
+    f = pop.fit(z.eps[sel], z.log_base[sel], lp)
     np.testing.assert_allclose(f.g, row[["g1_mean", "g2_mean"]].to_numpy(float), atol=3e-6)
     out = module_tmp / "stats"
     res = CliRunner().invoke(bias_stats, ["--input", str(csv), "--output-dir", str(out),
@@ -154,8 +154,7 @@ def test_extract_fits_each_realization_and_stats_pool_per_grid_point(campaign, m
     assert api["estimator"] == "pooled paired" and api["m1"] == pytest.approx(r["m1"], rel=1e-9)
     # the pooled +g estimate is the maximum over the 12 galaxies at +g
     plus = df.loc[df["g1_true"] > 0, "run_id"].to_numpy()
-    fp = pop.fit(z["eps"][np.isin(z["run_id"], plus)], z["log_base"][np.isin(z["run_id"], plus)],
-                 lp)  # fmt: skip
+    fp = pop.fit(z.eps[np.isin(z.run_id, plus)], z.log_base[np.isin(z.run_id, plus)], lp)
     gp = next(p for p in r["population"]["grid_points"] if p["g1_true"] > 0)
     assert gp["g1"] == pytest.approx(fp.g[0], abs=1e-9)
 

@@ -176,7 +176,7 @@ def test_extract_and_stats_fit_the_population_from_nuts_draws(campaign, module_t
     assert np.all(np.isfinite(df[["g1_mean", "g1_std", "g2_mean", "g2_std"]].to_numpy()))
     assert df["passed_convergence"].all(), df[["run_id", "flags"]]
     z = PartialSource(index_path(csv)).arrays()
-    assert z["eps"].shape == (16, 800, 2) and np.all(np.isfinite(z["log_base"]))
+    assert z.eps.shape == (16, 800, 2) and np.all(np.isfinite(z.log_base))
     out = module_tmp / "stats"
     res = CliRunner().invoke(bias_stats, ["--input", str(csv), "--output-dir", str(out),
                                           "--level", "level_2", "--no-plots"])  # fmt: skip

@@ -145,17 +145,17 @@ def test_a_galaxy_without_support_is_left_out():
 def _jax_pooled(use, population, paired):
     """The pooled fit as analysis/pooled.py computed it before NumPy: core.population.fit and
     galaxy_derivatives (JAX) on each grid point's galaxies, one Newton step per seed."""
-    lp = pop.shape_log_prior(*population["priors"])
+    lp = pop.shape_log_prior(*population.priors)
     rows = use.set_index(use["run_id"].astype(str))
-    rid = population["run_id"].astype(str)
+    rid = population.run_id.astype(str)
     truth = rows.loc[rid, ["g1_true", "g2_true"]].to_numpy(float).round(12)
     seeds = rows.loc[rid, "seed"].astype(str).to_numpy()
     est, jk = {}, {}
     for p in sorted({tuple(t) for t in truth}):
         sel = np.all(truth == p, axis=1)
-        f = pop.fit(population["eps"][sel], population["log_base"][sel], lp)
+        f = pop.fit(population.eps[sel], population.log_base[sel], lp)
         est[p] = f.g
-        e, b = population["eps"][sel], population["log_base"][sel]
+        e, b = population.eps[sel], population.log_base[sel]
         _, grad, hess = jax_reference(f.g, np.asarray(e, float), np.asarray(b, float), lp)
         for s in sorted(set(seeds)):
             mine = seeds[sel] == s
@@ -188,9 +188,9 @@ def test_pooled_fit_equals_the_jax_fit_per_grid_point():
                       '{"kind": "truncnormal", "args": [0.0, 0.2, -0.9, 0.9]}]'})  # fmt: skip
     fits, rep = pooled.pooled_fits(use, population, paired=True, threads=2)
     est, jk = _jax_pooled(use, population, paired=True)
-    for gp in rep["grid_points"]:
-        p = (gp["g1_true"], gp["g2_true"])
-        np.testing.assert_allclose([gp["g1"], gp["g2"]], est[p], rtol=0, atol=1e-12)
+    for gp in rep.grid_points:
+        p = (gp.g1_true, gp.g2_true)
+        np.testing.assert_allclose([gp.g1, gp.g2], est[p], rtol=0, atol=1e-12)
     # m1 and c1 from the paired estimator on JAX's estimates and jackknife replicates
     tp = 0.02
     d = (est[(tp, 0.0)][0] - est[(-tp, 0.0)][0]) / 2

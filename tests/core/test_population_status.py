@@ -139,26 +139,23 @@ def test_bias_stats_reports_each_pooled_fit_numerical_error_and_flags_a_bad_one(
 
     from shearbatch.analysis import pooled
     from shearbatch.analysis.report_text import _numerical_line
-    from shearbatch.analysis.result import GridPoint
 
     use, population = _campaign()
     _, rep = pooled.pooled_fits(use, population, paired=True, threads=1)
-    assert rep["n_flagged"] == 0 and len(rep["grid_points"]) == 2
-    for gp in rep["grid_points"]:
-        assert gp["status"] == "converged" and not gp["flagged"]
-        assert gp["g1_num_err"] < 1e-9 and gp["g2_num_err"] < 1e-9 and gp["num_err_m"] < 1e-6
-        assert gp["g1_err"] > 1e-3  # the statistical error beside it
-    line = _numerical_line([GridPoint.from_json(p) for p in rep["grid_points"]],
-                           rep["num_err_m_max"])  # fmt: skip
+    assert rep.n_flagged == 0 and len(rep.grid_points) == 2
+    for gp in rep.grid_points:
+        assert gp.status == "converged" and not gp.flagged
+        assert gp.g1_num_err < 1e-9 and gp.g2_num_err < 1e-9 and gp.num_err_m < 1e-6
+        assert gp.g1_err > 1e-3  # the statistical error beside it
+    line = _numerical_line(rep.grid_points, rep.num_err_m_max)
     assert "WARNING" not in line and "all 2 grid point(s) converged" in line
 
     monkeypatch.setattr(pnp, "fit", partial(pnp.fit, max_steps=1))  # stopped after one step
     _, rep = pooled.pooled_fits(use, population, paired=True, threads=1)
-    assert rep["n_flagged"] == 2
-    for gp in rep["grid_points"]:
-        assert gp["status"] == "max_steps" and gp["flagged"] and not gp["converged"]
-        assert gp["num_err_m"] == pytest.approx(max(gp["g1_num_err"], gp["g2_num_err"]) / 0.02)
-    line = _numerical_line([GridPoint.from_json(p) for p in rep["grid_points"]],
-                           rep["num_err_m_max"])  # fmt: skip
+    assert rep.n_flagged == 2
+    for gp in rep.grid_points:
+        assert gp.status == "max_steps" and gp.flagged and not gp.converged
+        assert gp.num_err_m == pytest.approx(max(gp.g1_num_err, gp.g2_num_err) / 0.02)
+    line = _numerical_line(rep.grid_points, rep.num_err_m_max)
     assert line.startswith("  WARNING") and "2 of 2 grid point(s) flagged" in line
     assert "max_steps" in line and "\n" not in line

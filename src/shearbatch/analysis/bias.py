@@ -323,7 +323,7 @@ def measure_bias(
     *,
     requirement: str | Requirement = "level0",
     acceptance: dict[str, float] | None = None,
-    population: dict[str, Any] | None = None,
+    population: Any = None,
     settings: Settings | None = None,
     **options: Any,
 ) -> BiasAnalysis:
@@ -733,7 +733,7 @@ def _merged_fits(
         rows = rows.drop(columns="_in_pair")
         fit = streamed_fits if isinstance(population, PartialSource) else pooled_fits
         fits, pooled = fit(rows, population, estimator == "paired")
-        est = f"pooled {'paired' if pooled['paired'] else 'regression'}"
+        est = f"pooled {'paired' if pooled.paired else 'regression'}"
         if all(f.m is None for f in fits.values()):
             raise ValueError(f"g1_true and g2_true are each constant over the usable rows: "
                              f"{M_UNDEFINED}")  # fmt: skip

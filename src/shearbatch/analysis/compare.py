@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import estimators as est
 from .bias_fits import Fit, SeedSums, complete_rings, group_sums
+from .result import Cost, Difference, EstimatorResult, Estimators
 from .verdict import criteria, overall
 
 __all__ = [
@@ -157,7 +158,7 @@ def _fit(theta: np.ndarray, reps: np.ndarray, slope: bool, n: int, comp: str) ->
 
 
 def compare_estimators(use: Any, point: str, acc: dict[str, Any], frac: float,
-                       method: str) -> dict[str, Any] | None:  # fmt: skip
+                       method: str) -> Estimators | None:  # fmt: skip
     """The ``estimators`` section of ``bias_results.json`` (module docstring) for the
     usable rows ``use`` (the forward model's point estimate ``g<k>_<point>``), or None
     when no host estimator ran."""
@@ -263,24 +264,20 @@ def compare_part(use: Any, point: str, names: list[str]) -> EstimatorSums | None
 
 
 def compare_merge(sums: EstimatorSums | None, acc: dict[str, Any], frac: float,
-                  method: str) -> dict[str, Any] | None:  # fmt: skip
+                  method: str) -> Estimators | None:  # fmt: skip
     """The ``estimators`` section from :func:`compare_part`'s sums (of the whole table, or
     of its parts sharing no seed merged), None when no host estimator ran."""
     if sums is None:
         return None
     n = sums.n
-    out: dict[str, Any] = {"n_used": n, "n_seeds": sums.n_seeds,
-                           "fit": "e = (1 + m) R g + c R, moment equations with instruments "
-                                  "(g, 1) over the realizations (R: the ring's mean "
-                                  "response); errors: delete-one-seed jackknife",
-                           "forward_model": method, "point_estimate": sums.col,
-                           "results": {}, "differences": {}}  # fmt: skip
     names = [h.name for h in sums.estimators if h.name is not None]
     reps_of: dict[str, dict[str, np.ndarray]] = {}
+    fits_of: dict[str, dict[str, Fit]] = {}
+    results: dict[str, EstimatorResult] = {}
     for host in sums.estimators:
         key = host.name
         name = method if key is None else key
-        fits, entry, reps_of[name] = {}, {}, {}
+        fits, reps_of[name] = {}, {}
         for i, c in enumerate("12"):
             truth = sums.truth[i]
             slope = truth is not None and bool(truth[1] - truth[0] > 1e-12)
@@ -289,34 +286,46 @@ def compare_merge(sums: EstimatorSums | None, acc: dict[str, Any], frac: float,
             theta, reps = _jack(per.sum(axis=0), per, _slope_fn if slope else _offset_fn)
             f = _fit(theta, reps, slope, n, f"g{c}")
             fits[f"g{c}"], reps_of[name][c] = f, reps
-            entry.update({f"m{c}": f.m, f"m{c}_err": f.m_err, f"c{c}": f.c, f"c{c}_err": f.c_err})
+        fits_of[name] = fits
         crit = criteria(fits, {}, {}, frac, acc, n)
-        entry["criteria"] = [x.to_json() for x in crit]
-        entry["verdict"] = overall(x.status for x in crit)
-        if key is None:
-            entry["cost"] = {"what": "device wall seconds per realization (runtime_s) / galaxies"}
-        else:
-            entry["cost"] = {"what": "CPU seconds of one worker core"}
-            entry["n_flagged"] = int(host.n_flagged)
         tot, cnt = host.cost, host.n_cost
         per_gal = tot / cnt if cnt else float("nan")
-        entry["cost"].update(
-            s_per_galaxy=per_gal, galaxies_per_s=1.0 / per_gal if per_gal > 0 else None
-        )
-        out["results"][name] = entry
+        what = ("device wall seconds per realization (runtime_s) / galaxies" if key is None
+                else "CPU seconds of one worker core")  # fmt: skip
+        cost = Cost.of(what=what, s_per_galaxy=per_gal,
+                       galaxies_per_s=1.0 / per_gal if per_gal > 0 else None)  # fmt: skip
+        flagged = {} if key is None else {"n_flagged": int(host.n_flagged)}
+        results[name] = EstimatorResult.of(**_values(fits), criteria=list(crit),
+                                           verdict=overall(x.status for x in crit), cost=cost,
+                                           **flagged)  # fmt: skip
+    differences: dict[str, Difference] = {}
     for name in names:
-        d: dict[str, Any] = {}
+        d: dict[str, float | None] = {}
         for c in "12":
             a, b = reps_of[name][c], reps_of[method][c]
-            ea, eb = out["results"][name], out["results"][method]
+            fa, fb = fits_of[name][f"g{c}"], fits_of[method][f"g{c}"]
             for q, i in (("m", 0), ("c", 1)):
-                va, vb = ea[f"{q}{c}"], eb[f"{q}{c}"]
+                va, vb = getattr(fa, q), getattr(fb, q)
                 if va is None or vb is None:
                     d[f"d{q}{c}"] = d[f"d{q}{c}_err"] = None
                     continue
                 d[f"d{q}{c}"] = va - vb
                 d[f"d{q}{c}_err"] = float(_err(a[:, i] - b[:, i])) if a.shape[0] >= 2 else None
-        out["differences"][f"{name} - {method}"] = d
+        differences[f"{name} - {method}"] = Difference.of(**d)
+    return Estimators.of(n_used=n, n_seeds=sums.n_seeds,
+                         fit="e = (1 + m) R g + c R, moment equations with instruments (g, 1) "
+                             "over the realizations (R: the ring's mean response); errors: "
+                             "delete-one-seed jackknife",
+                         forward_model=method, point_estimate=sums.col, results=results,
+                         differences=differences)  # fmt: skip
+
+
+def _values(fits: dict[str, Fit]) -> dict[str, float | None]:
+    """m1, m1_err, c1, c1_err, m2, ... of the fits, in the section's order."""
+    out: dict[str, float | None] = {}
+    for c in "12":
+        f = fits[f"g{c}"]
+        out.update({f"m{c}": f.m, f"m{c}_err": f.m_err, f"c{c}": f.c, f"c{c}_err": f.c_err})
     return out
 
 
@@ -334,31 +343,31 @@ def _pm(v: Any, e: Any) -> str:
     return f"{v:+.2e}" + ("" if e is None else f" ± {e:.1e}")
 
 
-def side_by_side(side: dict[str, Any]) -> tuple[list[str], list[list[str]], str]:
+def side_by_side(side: Estimators) -> tuple[list[str], list[list[str]], str]:
     """``(header, rows, note)`` of the estimators' table (the report's and the printout's):
     one row per estimator and one per difference."""
     head = ["estimator", "m1", "m2", "c1", "c2", "verdict", "s per galaxy", "galaxies/s"]
     rows = []
-    for name, r in side["results"].items():
-        cost = r.get("cost", {})
-        gps = cost.get("galaxies_per_s")
-        rows.append([name] + [_pm(r[f"{q}{k}"], r[f"{q}{k}_err"]) for q, k in
+    for name, r in (side.results or {}).items():
+        cost = r.cost or Cost()
+        gps = cost.galaxies_per_s
+        spg = float("nan") if cost.s_per_galaxy is None else cost.s_per_galaxy
+        rows.append([name] + [_pm(getattr(r, f"{q}{k}"), getattr(r, f"{q}{k}_err")) for q, k in
                               (("m", "1"), ("m", "2"), ("c", "1"), ("c", "2"))]
-                    + [r["verdict"], f"{cost.get('s_per_galaxy', float('nan')):.3g}",
-                       "-" if gps is None else f"{gps:.3g}"])  # fmt: skip
-    for name, d in side["differences"].items():
-        rows.append([name] + [_pm(d[f"d{q}{k}"], d[f"d{q}{k}_err"]) for q, k in
-                              (("m", "1"), ("m", "2"), ("c", "1"), ("c", "2"))]
+                    + [r.verdict, f"{spg:.3g}", "-" if gps is None else f"{gps:.3g}"])  # fmt: skip
+    for name, d in (side.differences or {}).items():
+        rows.append([name] + [_pm(getattr(d, f"d{q}{k}"), getattr(d, f"d{q}{k}_err"))
+                              for q, k in (("m", "1"), ("m", "2"), ("c", "1"), ("c", "2"))]
                     + ["(paired error)", "", ""])  # fmt: skip
-    note = (f"{side['n_used']} realizations, {side['n_seeds']} seeds, the same galaxies and "
-            f"noise for every estimator; {side['fit']}; the forward model "
-            f"({side['forward_model']}) by its {side['point_estimate']} per realization; "
+    note = (f"{side.n_used} realizations, {side.n_seeds} seeds, the same galaxies and "
+            f"noise for every estimator; {side.fit}; the forward model "
+            f"({side.forward_model}) by its {side.point_estimate} per realization; "
             "cost: the forward model's device seconds per realization over its galaxies, a "
             "host estimator's CPU seconds of one worker core")  # fmt: skip
     return head, rows, note
 
 
-def side_lines(side: dict[str, Any]) -> list[str]:
+def side_lines(side: Estimators) -> list[str]:
     """The printed table of :func:`side_by_side`."""
     head, rows, note = side_by_side(side)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]

@@ -37,8 +37,10 @@ accelerator is needed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +50,12 @@ import pandas as pd
 from ..core import population_np as pnp
 from ..core.population_np import PriorSpec
 from .bias_fits import Fit, pair_table
+from .result import GridPoint, Population
 
 __all__ = [
     "FIT_COLUMNS",
     "NUM_ERR_M_MAX",
+    "PopulationDraws",
     "PriorSpec",
     "assemble_fits",
     "from_arrays",
@@ -76,21 +80,44 @@ FIT_COLUMNS = ("run_id", "pair_id", "pair_sign", "g1_true", "g2_true", "seed", "
                "g2_mean", "pop_n_khat_high")  # fmt: skip
 
 
-def load_population(path: str | Path) -> dict[str, Any]:
-    """The sidecar's arrays, its ``priors`` and the population prior ``prior``
-    (:class:`shearbatch.core.population_np.ShapePrior`)."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class PopulationDraws:
+    """The used galaxies' draws in memory, what :func:`pooled_fits` fits: one entry per
+    galaxy of ``run_id``, ``galaxy`` (its index in its realization), ``eps`` (G, K, 2)
+    observed-ellipticity draws and ``log_base`` (G, K) (NaN-padded to the largest K), and
+    the intrinsic-shape population: ``population`` (its JSON), ``priors`` and ``prior``
+    (None: no population, no interim-model galaxy)."""
+
+    run_id: np.ndarray
+    galaxy: np.ndarray
+    eps: np.ndarray
+    log_base: np.ndarray
+    population: str
+    priors: tuple[PriorSpec, ...]
+    prior: pnp.ShapePrior | None
+
+    @classmethod
+    def of(cls, run_id: np.ndarray, galaxy: np.ndarray, eps: np.ndarray, log_base: np.ndarray,
+           population: str) -> PopulationDraws:  # fmt: skip
+        """The draws with the population's ``priors`` and ``prior`` read from its JSON."""
+        priors = tuple(PriorSpec(p) for p in json.loads(population))
+        return cls(run_id, galaxy, eps, log_base, population, priors,
+                   pnp.ShapePrior(*priors) if priors else None)  # fmt: skip
+
+
+def load_population(path: str | Path) -> PopulationDraws:
+    """The population sidecar's draws (``summary.population.npz``, an older campaign's)."""
     with np.load(path, allow_pickle=False) as z:
         return from_arrays({k: z[k] for k in z.files})
 
 
-def from_arrays(d: dict[str, Any]) -> dict[str, Any]:
-    """:func:`shearbatch.analysis.summary_table.population_arrays` with the population's
-    ``priors`` and ``prior`` (:class:`shearbatch.core.population_np.ShapePrior`)."""
-    d = dict(d)
-    priors = [PriorSpec(p) for p in json.loads(str(d["population"]))]
-    d["prior"] = pnp.ShapePrior(*priors)
-    d["priors"] = priors
-    return d
+def from_arrays(d: Mapping[str, Any]) -> PopulationDraws:
+    """The draws of the arrays of a population sidecar
+    (:func:`shearbatch.analysis.summary_table.population_arrays`: ``run_id``, ``galaxy``,
+    ``eps``, ``log_base``, ``population``), with the population's ``priors`` and ``prior``
+    (:class:`shearbatch.core.population_np.ShapePrior`)."""
+    return PopulationDraws.of(d["run_id"], d["galaxy"], d["eps"], d["log_base"],
+                              str(d["population"]))  # fmt: skip
 
 
 def _estimate(comp_true: np.ndarray, comp_hat: np.ndarray, paired: bool) -> np.ndarray:
@@ -130,11 +157,11 @@ def start_points(rows: Any, points: list) -> dict:
 
 
 def pooled_fits(
-    use: Any, population: dict[str, Any], paired: bool, threads: int | None = None
-) -> tuple[dict, dict]:
+    use: Any, population: PopulationDraws, paired: bool, threads: int | None = None
+) -> tuple[dict[str, Fit], Population]:
     """``({"g1": Fit, "g2": Fit}, report)`` from the galaxies of the usable rows ``use``.
 
-    ``report``: per grid point its estimate, curvature error and galaxy count, the fit's
+    ``report`` (``bias_results.json``'s ``population``): per grid point its estimate, curvature error and galaxy count, the fit's
     status and numerical error (``flagged`` when not converged or above
     :data:`NUM_ERR_M_MAX` in m units), the smallest per-galaxy ESS fraction and the
     collapsed galaxies at the estimate; ``n_flagged`` of them.
@@ -148,12 +175,12 @@ def pooled_fits(
         ip, im = pair_table(use["pair_id"].to_numpy(object), use["pair_sign"].to_numpy(float))
         use = use.iloc[np.sort(np.concatenate([ip, im]))]  # +g without its -g is left out
     rows = use.set_index(use["run_id"].astype(str))
-    rid = population["run_id"].astype(str)
+    rid = population.run_id.astype(str)
     keep = np.asarray(pd.Index(rid).isin(rows.index))  # hashed (np.isin sorts: ~1 s here)
     if not keep.any():
         raise ValueError("population sidecar: none of its galaxies belongs to a usable row")
     rid, rows_of = rid[keep], np.flatnonzero(keep)
-    eps, base = population["eps"], population["log_base"]  # read a block at a time, not copied
+    eps, base = population.eps, population.log_base  # read a block at a time, not copied
     truth = rows.loc[rid, ["g1_true", "g2_true"]].to_numpy(float).round(12)
     seeds = rows.loc[rid, "seed"].astype(str).to_numpy()
     points = sorted({tuple(t) for t in truth})
@@ -162,7 +189,7 @@ def pooled_fits(
         logger.info("pooled fit: not every +g has its -g grid point; using the regression")
         paired = False
     uniq = sorted(set(seeds))
-    prior = population.get("prior") or pnp.ShapePrior(*population["priors"])
+    prior = population.prior
     est, jk, rep = {}, {s: {} for s in uniq}, []
     g_scale = max(float(np.max(np.abs(points))), 1e-300)  # the grid's largest |g_true|
     n_khat = khat_counts(rows.loc[~rows.index.duplicated()])
@@ -184,9 +211,9 @@ def pooled_fits(
         for s, g in zip(uniq, seed_replicates(f.g, sg, sh), strict=True):
             jk[s][p] = g
     fits = assemble_fits(points, est, jk, uniq, paired, int(keep.sum()))
-    return fits, {"grid_points": rep, "paired": paired, "n_galaxies": int(keep.sum()),
-                  "n_seeds": len(uniq), "num_err_m_max": NUM_ERR_M_MAX,
-                  "n_flagged": sum(r["flagged"] for r in rep)}  # fmt: skip
+    return fits, Population.of(grid_points=rep, paired=paired, n_galaxies=int(keep.sum()),
+                               n_seeds=len(uniq), num_err_m_max=NUM_ERR_M_MAX,
+                               n_flagged=sum(r.flagged for r in rep))  # fmt: skip
 
 
 def khat_counts(rows: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -200,7 +227,7 @@ def khat_counts(rows: Any) -> tuple[np.ndarray, np.ndarray] | None:
 
 def grid_point_report(p: tuple, g: Any, err: Any, status: str, num: Any, dec: float,
                       last: float, steps: int, n_galaxies: int, ess_min: float,
-                      n_collapsed: int, n_khat: Any, g_scale: float) -> dict[str, Any]:  # fmt: skip
+                      n_collapsed: int, n_khat: Any, g_scale: float) -> GridPoint:  # fmt: skip
     """One grid point's entry of the pooled report (the in-memory and the streamed fit):
     its estimate and errors, the fit's status and numerical error, ``flagged`` (logged)
     when not converged or above :data:`NUM_ERR_M_MAX` in m units (over ``g_scale``)."""
@@ -211,15 +238,15 @@ def grid_point_report(p: tuple, g: Any, err: Any, status: str, num: Any, dec: fl
     if flagged:
         logger.warning("pooled fit at g_true %s: %s, numerical error %.2g in g (%.2g in "
                        "m units)", p, status, float(np.max(num)), num_m)  # fmt: skip
-    return {"g1_true": p[0], "g2_true": p[1], "g1": float(g[0]), "g2": float(g[1]),
-            "g1_err": float(err[0]), "g2_err": float(err[1]),
-            "g1_num_err": float(num[0]), "g2_num_err": float(num[1]),
-            "num_err_m": num_m, "decrement": float(dec), "last_step": float(last),
-            "n_steps": steps, "status": status, "converged": converged, "flagged": flagged,
-            "n_galaxies": int(n_galaxies), "ess_fraction_min": float(ess_min),
-            "n_collapsed": int(n_collapsed),
-            "n_khat_high": None if n_khat is None else int(np.nansum(
-                n_khat[1][np.all(n_khat[0] == p, axis=1)]))}  # fmt: skip
+    return GridPoint.of(g1_true=p[0], g2_true=p[1], g1=float(g[0]), g2=float(g[1]),
+                        g1_err=float(err[0]), g2_err=float(err[1]),
+                        g1_num_err=float(num[0]), g2_num_err=float(num[1]),
+                        num_err_m=num_m, decrement=float(dec), last_step=float(last),
+                        n_steps=steps, status=status, converged=converged, flagged=flagged,
+                        n_galaxies=int(n_galaxies), ess_fraction_min=float(ess_min),
+                        n_collapsed=int(n_collapsed),
+                        n_khat_high=None if n_khat is None else int(np.nansum(
+                            n_khat[1][np.all(n_khat[0] == p, axis=1)])))  # fmt: skip
 
 
 def seed_sums(seed: np.ndarray, grad: np.ndarray, hess: np.ndarray,

@@ -198,7 +198,7 @@ def render_report(
     parts += ["<h2>Acceptance criteria</h2>",
               _table(["criterion", "value", "± error", "error method", "threshold", "status",
                       "note"], rows)]  # fmt: skip
-    if side := res.estimators:  # host estimators beside the method (compare.py)
+    if (side := res.estimators) is not None:  # host estimators beside the method (compare.py)
         from .compare import side_by_side
 
         head, srows, note = side_by_side(side)
@@ -333,7 +333,7 @@ def summary_lines(res: BiasResult, results: Path | None = None,
             line += f": {c.reason}"
         out.append(line)
     out += (res.planning.lines or []) if res.planning is not None else []
-    if side := res.estimators:  # host estimators beside the method (compare.py)
+    if (side := res.estimators) is not None:  # host estimators beside the method (compare.py)
         from .compare import side_lines
 
         out += side_lines(side)

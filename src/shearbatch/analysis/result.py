@@ -19,8 +19,10 @@ a :class:`ComponentFit` per component, its
 :class:`ErrorReport`), ``design`` (:class:`Design`), ``coverage``
 (:class:`Coverages` of :class:`Coverage`), ``sbc`` (:class:`Sbc` of :class:`SbcTest`),
 ``population`` (:class:`Population` of :class:`GridPoint`), ``prior`` (:class:`Prior`),
-``acceptance`` (:class:`Acceptance`), ``noise_bias`` (:class:`NoiseBias`), ``scope`` (:class:`Scope`) and ``planning``
-(:class:`Planning` of :class:`PlannedCriterion`); :mod:`shearbatch.analysis.bias` says how
+``acceptance`` (:class:`Acceptance`), ``noise_bias`` (:class:`NoiseBias`), ``scope``
+(:class:`Scope`), ``planning`` (:class:`Planning` of :class:`PlannedCriterion`) and,
+written last when host estimators ran, ``estimators`` (:class:`Estimators` of
+:class:`EstimatorResult` and :class:`Difference`); :mod:`shearbatch.analysis.bias` says how
 each is computed. A record read from a mapping keeps the mapping's keys and their order,
 and any key it does not know, so that it writes the same mapping back.
 """
@@ -36,11 +38,15 @@ __all__ = [
     "Acceptance",
     "BiasResult",
     "ComponentFit",
+    "Cost",
     "Coverage",
     "Coverages",
     "Criterion",
     "Design",
+    "Difference",
     "ErrorReport",
+    "EstimatorResult",
+    "Estimators",
     "Fits",
     "GridPoint",
     "NoiseBias",
@@ -184,7 +190,7 @@ class BiasResult:
     m1_reason: str | None = None
     """Why m1 is undefined (None when it is defined)."""
     m2_reason: str | None = None
-    estimators: dict[str, Any] | None = None
+    estimators: Estimators | None = None
     """The host estimators beside the method on the same realizations
     (:func:`shearbatch.analysis.compare.compare_estimators`; written last)."""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -198,8 +204,8 @@ class BiasResult:
     def build(cls, **sections: Any) -> BiasResult:
         """A result from the mappings the analysis computes: each section (``fits``,
         ``design``, ``coverage``, ``sbc``, ``acceptance``, ``prior``, ``noise_bias``,
-        ``scope``, ``planning``, ``population``) read into its record, keeping its keys in
-        order."""
+        ``scope``, ``planning``, ``population``, ``estimators``) read into its record, keeping
+        its keys in order."""
         for name, rec in _SECTIONS.items():
             if name in sections:
                 sections[name] = rec.maybe(sections[name])
@@ -256,7 +262,7 @@ class BiasResult:
         out["passed"] = self.passed
         out["planning"] = _dump(self.planning)
         if self.estimators is not None:
-            out["estimators"] = self.estimators
+            out["estimators"] = _dump(self.estimators)
         if self.keys is None:
             out.update(self.extra)
             return out
@@ -286,9 +292,9 @@ class BiasResult:
 
 
 def _dump(v: Any) -> Any:
-    """A field's value as JSON: records by their :meth:`Section.to_json`, inside lists and
-    mappings too."""
-    if isinstance(v, Section):
+    """A field's value as JSON: records (and criteria) by their ``to_json``, inside lists
+    and mappings too."""
+    if isinstance(v, Section | Criterion):
         return v.to_json()
     if isinstance(v, list | tuple):
         return [_dump(x) for x in v]
@@ -378,8 +384,8 @@ class Section:
 
 
 def _load(kind: Any, v: Any) -> Any:
-    """``v`` read as ``kind``: a :class:`Section`, ``(list, R)`` a list of R, ``(dict, R)``
-    a mapping of R, None as it is."""
+    """``v`` read as ``kind``: a :class:`Section` (or :class:`Criterion`), ``(list, R)`` a
+    list of R, ``(dict, R)`` a mapping of R, None as it is."""
     if kind is None or v is None:
         return v
     if isinstance(kind, tuple):
@@ -641,9 +647,76 @@ class Population(Section):
     _nested: ClassVar[dict[str, Any]] = {"grid_points": (list, GridPoint)}
 
 
+@dataclasses.dataclass(frozen=True)
+class Cost(Section):
+    """``estimators.results.<name>.cost``: an estimator's cost per galaxy."""
+
+    what: str | None = None
+    """The forward model's device seconds per realization over its galaxies, a host
+    estimator's CPU seconds of one worker core."""
+    s_per_galaxy: float | None = None
+    """NaN (null in the file) without a finite cost."""
+    galaxies_per_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorResult(Section):
+    """``estimators.results.<name>``: one estimator's m and c on the shared realizations,
+    its criteria, verdict and cost (:mod:`shearbatch.analysis.compare`)."""
+
+    m1: float | None = None
+    m1_err: float | None = None
+    c1: float | None = None
+    c1_err: float | None = None
+    m2: float | None = None
+    m2_err: float | None = None
+    c2: float | None = None
+    c2_err: float | None = None
+    criteria: list[Criterion] | None = None
+    verdict: str | None = None
+    cost: Cost | None = None
+    n_flagged: int | None = None
+    """A host estimator's flagged galaxies (the forward model has none)."""
+    _nested: ClassVar[dict[str, Any]] = {"criteria": (list, Criterion), "cost": Cost}
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference(Section):
+    """``estimators.differences.<"name - method">``: a host estimator's m and c minus the
+    forward model's, jackknifed with the same seeds left out (None: undefined)."""
+
+    dm1: float | None = None
+    dm1_err: float | None = None
+    dc1: float | None = None
+    dc1_err: float | None = None
+    dm2: float | None = None
+    dm2_err: float | None = None
+    dc2: float | None = None
+    dc2_err: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimators(Section):
+    """``estimators``: the host estimators beside the method on the same realizations
+    (:func:`shearbatch.analysis.compare.compare_estimators`)."""
+
+    n_used: int | None = None
+    n_seeds: int | None = None
+    fit: str | None = None
+    forward_model: str | None = None
+    point_estimate: str | None = None
+    results: dict[str, EstimatorResult] | None = None
+    """Per estimator, the forward model first (by its method's name)."""
+    differences: dict[str, Difference] | None = None
+    """Per host estimator, ``"<name> - <method>"``."""
+    _nested: ClassVar[dict[str, Any]] = {"results": (dict, EstimatorResult),
+                                         "differences": (dict, Difference)}  # fmt: skip
+
+
 #: the sections of :class:`BiasResult` that are records, and their types
 _SECTIONS: dict[str, type[Section]] = {
     "fits": Fits, "design": Design, "coverage": Coverages, "sbc": Sbc,
     "acceptance": Acceptance, "prior": Prior,
     "noise_bias": NoiseBias, "scope": Scope, "planning": Planning, "population": Population,
+    "estimators": Estimators,
 }  # fmt: skip

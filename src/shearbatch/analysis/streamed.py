@@ -37,8 +37,9 @@ from ..core import population_np as pnp
 from ..core.population_np import PriorSpec
 from ..io import partials as pio
 from . import pooled
-from .bias_fits import pair_table
-from .pooled import NUM_ERR_M_MAX
+from .bias_fits import Fit, pair_table
+from .pooled import NUM_ERR_M_MAX, PopulationDraws
+from .result import Population
 
 __all__ = ["PartialSource", "streamed_fits"]
 
@@ -76,11 +77,10 @@ class PartialSource:
             out.append((pio.Partial(path, keep_rows=False), use))
         return out
 
-    def arrays(self) -> dict[str, Any]:
-        """The used galaxies in memory, as an older version's population sidecar held them
-        (:func:`shearbatch.analysis.summary_table.population_arrays`: ``run_id``, ``galaxy``,
-        ``eps``, ``log_base``, ``population``), in index order: for small campaigns and
-        inspection; the pooled fit streams instead."""
+    def arrays(self) -> PopulationDraws:
+        """The used galaxies' draws in memory, as an older version's population sidecar
+        held them (:func:`shearbatch.analysis.pooled.load_population`), in index order: for
+        small campaigns and inspection; the pooled fit streams instead."""
         run_id, galaxy, eps, base, pops = [], [], [], [], set()
         parts = self.open()
         k = max((p.n_draws for p, _ in parts), default=1)
@@ -107,11 +107,13 @@ class PartialSource:
                 galaxy.append(gi[sel])
         if len(pops) > 1:
             raise ValueError(f"partials with different population priors: {sorted(pops)}")
-        return {"run_id": np.asarray(run_id), "galaxy": np.concatenate(galaxy) if galaxy else
-                np.empty(0, np.int64), "eps": np.concatenate(eps) if eps else
-                np.empty((0, k, 2), np.float32), "log_base": np.concatenate(base) if base else
-                np.empty((0, k), np.float32), "population": np.asarray(pops.pop() if pops
-                                                                        else "[]")}  # fmt: skip
+        return PopulationDraws.of(
+            np.asarray(run_id),
+            np.concatenate(galaxy) if galaxy else np.empty(0, np.int64),
+            np.concatenate(eps) if eps else np.empty((0, k, 2), np.float32),
+            np.concatenate(base) if base else np.empty((0, k), np.float32),
+            pops.pop() if pops else "[]",
+        )
 
 
 def streamed_fits(
@@ -123,9 +125,10 @@ def streamed_fits(
     block: int = BLOCK_GALAXIES,
     max_steps: int = 60,
     tol: float = 1e-10,
-) -> tuple[dict, dict]:
+) -> tuple[dict[str, Fit], Population]:
     """:func:`shearbatch.analysis.pooled.pooled_fits` (same arguments and results) with
-    the galaxies streamed from ``source``'s partials (module docstring)."""
+    the galaxies streamed from ``source``'s partials (module docstring); the report adds
+    ``streamed``, ``partials`` and ``passes``."""
     if threads is None:
         from ..slurm import allocated_cpus
 
@@ -224,10 +227,10 @@ def streamed_fits(
                         strict=True):  # fmt: skip
             jk[s][p] = g
     out = pooled.assemble_fits(points, est, jk, uniq, paired, n_used)
-    return out, {"grid_points": rep, "paired": paired, "n_galaxies": n_used,
-                 "n_seeds": n_seeds, "num_err_m_max": NUM_ERR_M_MAX,
-                 "n_flagged": sum(r["flagged"] for r in rep), "streamed": True,
-                 "partials": len(maps), "passes": passes}  # fmt: skip
+    return out, Population.of(grid_points=rep, paired=paired, n_galaxies=n_used,
+                              n_seeds=n_seeds, num_err_m_max=NUM_ERR_M_MAX,
+                              n_flagged=sum(r.flagged for r in rep), streamed=True,
+                              partials=len(maps), passes=passes)  # fmt: skip
 
 
 @dataclasses.dataclass
