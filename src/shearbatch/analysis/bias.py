@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -82,6 +82,7 @@ from .result import (
     Design,
     Fits,
     NoiseBias,
+    Population,
     Prior,
     Requirement,
     Sbc,
@@ -91,6 +92,10 @@ from .result import (
 from .scope import scope
 from .summary_table import current_columns
 from .verdict import criteria, overall, planning, sbc_status
+
+if TYPE_CHECKING:
+    from .pooled import PopulationDraws
+    from .streamed import PartialSource
 
 __all__ = [
     "ESTIMATORS",
@@ -323,7 +328,7 @@ def measure_bias(
     *,
     requirement: str | Requirement = "level0",
     acceptance: dict[str, float] | None = None,
-    population: Any = None,
+    population: PopulationDraws | PartialSource | None = None,
     settings: Settings | None = None,
     **options: Any,
 ) -> BiasAnalysis:
@@ -717,8 +722,8 @@ def _merged_fits(
     weights: str,
     n_boot: int,
     seed: int,
-    population: Any,
-) -> tuple[dict[str, Fit], str, dict[str, Any] | None]:
+    population: PopulationDraws | PartialSource | None,
+) -> tuple[dict[str, Fit], str, Population | None]:
     """The fits of the whole table from its parts' per-seed sums, or the pooled population
     fit of an interim-model campaign's rows (``held``: the parts' rows, handed over)."""
     if population is not None and total.estimates == {"population"}:

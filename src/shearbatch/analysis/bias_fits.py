@@ -81,6 +81,7 @@ __all__ = [
     "coverage",
     "coverage_counts",
     "error_label",
+    "error_report",
     "fit_offset",
     "fit_paired",
     "fit_regression",

@@ -48,7 +48,7 @@ import numpy as np
 
 from .. import estimators as est
 from .bias_fits import Fit, SeedSums, complete_rings, group_sums
-from .result import Cost, Difference, EstimatorResult, Estimators
+from .result import Acceptance, Cost, Difference, ErrorReport, EstimatorResult, Estimators
 from .verdict import criteria, overall
 
 __all__ = [
@@ -153,11 +153,11 @@ def _fit(theta: np.ndarray, reps: np.ndarray, slope: bool, n: int, comp: str) ->
     why = "" if slope else f"{comp}_true is constant over the campaign: slope undefined"
     return Fit(m=float(theta[0]) if slope else None, c=float(theta[1]),
                m_err=float(err[0]) if slope and ng >= 2 else None,
-               c_err=float(err[1]) if ng >= 2 else None, error_method=method, errors={},
+               c_err=float(err[1]) if ng >= 2 else None, error_method=method, errors=ErrorReport.of(),
                n=n, n_groups=ng, m_reason=why)  # fmt: skip
 
 
-def compare_estimators(use: Any, point: str, acc: dict[str, Any], frac: float,
+def compare_estimators(use: Any, point: str, acc: Acceptance, frac: float,
                        method: str) -> Estimators | None:  # fmt: skip
     """The ``estimators`` section of ``bias_results.json`` (module docstring) for the
     usable rows ``use`` (the forward model's point estimate ``g<k>_<point>``), or None
@@ -263,7 +263,7 @@ def compare_part(use: Any, point: str, names: list[str]) -> EstimatorSums | None
     return EstimatorSums(len(rows), len(set(groups)), col, tuple(truth), tuple(hosts))
 
 
-def compare_merge(sums: EstimatorSums | None, acc: dict[str, Any], frac: float,
+def compare_merge(sums: EstimatorSums | None, acc: Acceptance, frac: float,
                   method: str) -> Estimators | None:  # fmt: skip
     """The ``estimators`` section from :func:`compare_part`'s sums (of the whole table, or
     of its parts sharing no seed merged), None when no host estimator ran."""
@@ -287,7 +287,7 @@ def compare_merge(sums: EstimatorSums | None, acc: dict[str, Any], frac: float,
             f = _fit(theta, reps, slope, n, f"g{c}")
             fits[f"g{c}"], reps_of[name][c] = f, reps
         fits_of[name] = fits
-        crit = criteria(fits, {}, {}, frac, acc, n)
+        crit = criteria(fits, None, None, frac, acc, n)
         tot, cnt = host.cost, host.n_cost
         per_gal = tot / cnt if cnt else float("nan")
         what = ("device wall seconds per realization (runtime_s) / galaxies" if key is None

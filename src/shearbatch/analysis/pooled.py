@@ -49,7 +49,7 @@ import pandas as pd
 
 from ..core import population_np as pnp
 from ..core.population_np import PriorSpec
-from .bias_fits import Fit, pair_table
+from .bias_fits import Fit, error_report, pair_table
 from .result import GridPoint, Population
 
 __all__ = [
@@ -111,7 +111,7 @@ def load_population(path: str | Path) -> PopulationDraws:
         return from_arrays({k: z[k] for k in z.files})
 
 
-def from_arrays(d: Mapping[str, Any]) -> PopulationDraws:
+def from_arrays(d: Mapping[str, np.ndarray]) -> PopulationDraws:
     """The draws of the arrays of a population sidecar
     (:func:`shearbatch.analysis.summary_table.population_arrays`: ``run_id``, ``galaxy``,
     ``eps``, ``log_base``, ``population``), with the population's ``priors`` and ``prior``
@@ -135,7 +135,7 @@ def _estimate(comp_true: np.ndarray, comp_hat: np.ndarray, paired: bool) -> np.n
     return np.array([b[0], b[1]])
 
 
-def start_points(rows: Any, points: list) -> dict:
+def start_points(rows: Any, points: list) -> dict[tuple[float, float], np.ndarray]:
     """Each grid point's Newton start: the mean of its realizations' own estimates
     (``g1_mean``, ``g2_mean``: each realization's maximum, bias-extract's columns), which is
     within the statistical error of the pooled maximum, so the fit converges in one step
@@ -266,7 +266,8 @@ def seed_replicates(g: np.ndarray, seed_g: np.ndarray, seed_h: np.ndarray) -> li
     return [g + np.linalg.solve(h_tot - seed_h[j], seed_g[j]) for j in range(len(seed_g))]
 
 
-def assemble_fits(points: list, est: dict, jk: dict, uniq: list, paired: bool,
+def assemble_fits(points: list, est: dict[tuple[float, float], np.ndarray],
+                  jk: dict[str, dict[tuple[float, float], np.ndarray]], uniq: list, paired: bool,
                   n_galaxies: int) -> dict[str, Fit]:  # fmt: skip
     """``{"g1": Fit, "g2": Fit}`` from the grid points' estimates ``est`` and their
     delete-one-seed replicates ``jk[seed][point]`` (shared by the in-memory and the streamed
@@ -287,8 +288,7 @@ def assemble_fits(points: list, est: dict, jk: dict, uniq: list, paired: bool,
         m_err = None if cov is None or m_undefined else float(np.sqrt(cov[0, 0]))
         c_err = None if cov is None else float(np.sqrt(cov[1, 1]))
         why = f"{comp}_true is constant over the campaign: slope undefined" if m_undefined else ""
-        errs = {"jackknife": None if cov is None else [m_err, c_err], "bootstrap": None,
-                "n_boot": 0, "n_groups": g, "weights": "none", "weighted": False}  # fmt: skip
+        errs = error_report(None if cov is None else [m_err, c_err], None, 0, g, "none")
         fits[comp] = Fit(None if m_undefined else float(theta[0]) - 1.0, float(theta[1]), m_err,
                          c_err, "jackknife" if cov is not None else "none", errs,
                          n_galaxies, g, why, None, cov, "none")  # fmt: skip
