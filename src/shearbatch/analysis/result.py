@@ -202,10 +202,11 @@ class BiasResult:
 
     @classmethod
     def build(cls, **sections: Any) -> BiasResult:
-        """A result from the mappings the analysis computes: each section (``fits``,
-        ``design``, ``coverage``, ``sbc``, ``acceptance``, ``prior``, ``noise_bias``,
-        ``scope``, ``planning``, ``population``, ``estimators``) read into its record, keeping
-        its keys in order."""
+        """A result from its sections (``fits``, ``design``, ``coverage``, ``sbc``,
+        ``acceptance``, ``prior``, ``noise_bias``, ``scope``, ``planning``, ``population``,
+        ``estimators``): the records the analysis computes, used as they are, or the
+        mappings of a file read back (:meth:`from_json`), each read into its record with its
+        keys in order."""
         for name, rec in _SECTIONS.items():
             if name in sections:
                 sections[name] = rec.maybe(sections[name])
