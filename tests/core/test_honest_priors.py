@@ -115,16 +115,16 @@ def test_noise_bias_note_only_for_low_snr_joint_modes():
 
     low = pd.DataFrame({"point_estimate": ["mode"] * 4, "snr": [14.0, 15.0, 16.0, 200.0]})
     note = noise_bias_note(low)
-    assert note is not None and note["median_snr"] == 15.5
-    assert abs(note["expected_order"] - 15.5**-2) < 1e-12 and "S/N 15.5" in note["message"]
+    assert note is not None and note.median_snr == 15.5
+    assert abs(note.expected_order - 15.5**-2) < 1e-12 and "S/N 15.5" in note.message
     assert noise_bias_note(low.assign(snr=2 * NOISE_BIAS_SNR)) is None
     marginal = noise_bias_note(low.assign(point_estimate="mean"))
-    assert marginal is not None and marginal["expected_order"] is None
-    assert "NUTS" in marginal["message"] and "--method map" in marginal["message"]
+    assert marginal is not None and marginal.expected_order is None
+    assert "NUTS" in marginal.message and "--method map" in marginal.message
     assert noise_bias_note(low.assign(point_estimate="mean", snr=2 * NOISE_BIAS_SNR)) is None
     # no measured number in library code: each note names the page and section holding
     # the published values, and that section exists
-    for msg in (note["message"], marginal["message"]):
+    for msg in (note.message, marginal.message):
         refs = re.findall(r"(docs/[\w/]+\.md), '([^']+)'", msg)
         assert refs and not re.search(r"m1? = [-+]?0\.\d", msg), msg
         for page, section in refs:
