@@ -119,12 +119,11 @@ def measure(root: Path) -> dict[str, Any]:
     # the pooled fit per grid point (bias-stats), its per-galaxy ESS at the estimate
     use = df[df["status"] == "ok"].reset_index(drop=True)
     _, rep = pooled_fits(use, pop, paired=True, threads=1)
-    points = rep.to_json()["grid_points"]
     truth = use.set_index("run_id").loc[rid, ["g1_true", "g2_true"]].to_numpy(float).round(12)
     ess_pool = np.full(len(rid), np.nan)
-    for gp in points:
-        sel = np.flatnonzero(np.all(truth == (gp["g1_true"], gp["g2_true"]), axis=1))
-        ev = pnp.evaluate((gp["g1"], gp["g2"]), eps, base, prior, index=sel)
+    for gp in rep.grid_points:
+        sel = np.flatnonzero(np.all(truth == (gp.g1_true, gp.g2_true), axis=1))
+        ev = pnp.evaluate((gp.g1, gp.g2), eps, base, prior, index=sel)
         ess_pool[sel] = ev.ess / np.maximum(ev.n_draws, 1)
     kinds = {"laplace": lap, "population_own": ess_own, "population_pooled": ess_pool}
     return {
@@ -146,7 +145,7 @@ def measure(root: Path) -> dict[str, Any]:
         },
         "pooled_fits": [
             {
-                k: gp[k]
+                k: getattr(gp, k)
                 for k in (
                     "g1_true",
                     "g2_true",
@@ -160,7 +159,7 @@ def measure(root: Path) -> dict[str, Any]:
                     "ess_fraction_min",
                 )
             }
-            for gp in points
+            for gp in rep.grid_points
         ],
         "histogram": {
             k: np.histogram(np.log10(np.clip(v, 1e-4, 1.0)), bins=np.linspace(-4, 0, 41))[

@@ -394,8 +394,9 @@ def criteria(
     n_used: int | None = None,
 ) -> list[Criterion]:
     """The acceptance criteria (:class:`~shearbatch.analysis.result.Criterion` each): m and
-    c per component (an undefined m is not one), coverage (None: not tested), SBC (its
-    tests judged by :func:`sbc_status`; None: not run), fraction converged."""
+    c per component (an undefined m is not one), coverage (None: not tested), SBC (each
+    test as :func:`sbc_status` judged it, in the section; one not yet judged is judged
+    here; None: not run), fraction converged."""
     out = []
     z = acc.z
     n_used = n_used if n_used is not None else max(f.n for f in fits.values())
@@ -424,7 +425,8 @@ def criteria(
         if r.skipped is not None:
             continue
         thr = acc.sbc_p_min
-        r = sbc_status(r, thr)
+        if r.status is None:  # not judged yet (a test of bias_fits.sbc given directly)
+            r = sbc_status(r, thr)
         status, need = r.status, None
         why = "" if status == "pass" else "ranks not uniform"
         if status == "inconclusive":
